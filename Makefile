@@ -1,0 +1,37 @@
+# The two commands a new user needs: `make demo` and `make test`.
+# Each creates (or reuses) a local virtualenv in .venv and installs what it needs.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: demo test test-quick lint bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m broker_core.demo --root demo-data
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-quick: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(PY) -m ruff check broker_core spark_pubsub tests benchmarks
+	$(PY) -m mypy broker_core spark_pubsub
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_log.py
+
+clean:
+	rm -rf demo-data bench-data .pytest_cache .mypy_cache .ruff_cache

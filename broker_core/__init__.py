@@ -1,0 +1,42 @@
+"""spark-pubsub's core: Pulsar's messaging model over partitioned Parquet logs, with no broker.
+
+``import broker_core`` never imports pyspark (a test proves it).
+"""
+
+from __future__ import annotations
+
+from broker_core.admin import Admin
+from broker_core.client import BatchingType, Client, Producer, Reader
+from broker_core.config import BrokerConfig, load_broker_config
+from broker_core.errors import *  # noqa: F403 - the exception tree is part of the public surface
+from broker_core.errors import __all__ as _error_names
+from broker_core.hashing import HashingScheme
+from broker_core.message import BytesSchema, Message, Schema, StringSchema
+from broker_core.message_id import MessageId
+from broker_core.naming import TopicName
+from broker_core.producer_registry import ProducerAccessMode
+from broker_core.routing import PartitionsRoutingMode
+from broker_core.segment import CompressionType
+
+__all__ = sorted(
+    [
+        "Admin",
+        "BatchingType",
+        "BrokerConfig",
+        "BytesSchema",
+        "Client",
+        "CompressionType",
+        "HashingScheme",
+        "Message",
+        "MessageId",
+        "PartitionsRoutingMode",
+        "Producer",
+        "ProducerAccessMode",
+        "Reader",
+        "Schema",
+        "StringSchema",
+        "TopicName",
+        "load_broker_config",
+        *_error_names,
+    ]
+)

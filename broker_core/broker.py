@@ -1,0 +1,88 @@
+"""The in-process "broker": one shared handle per storage root.
+
+There is no broker process; the broker is the state on storage.  Within one process, though, every
+``Client`` on the same root shares one ``Broker``, so that they share one ``TopicLog`` per internal
+topic: a commit by one client's producer wakes another client's reader at once (push), while other
+processes see it at their next poll of the log (a stat of the next version file).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from broker_core.admin import Admin, topic_dir
+from broker_core.config import BrokerConfig, load_broker_config
+from broker_core.errors import NotAllowedError
+from broker_core.naming import TopicName
+from broker_core.storage import FileIO, file_io_for
+from broker_core.topic_log import TopicLog
+
+BROKER_CONF_PATH = "_pubsub/broker.toml"
+
+_REGISTRY_LOCK = threading.Lock()
+_BROKERS: dict[tuple[str, BrokerConfig | None], Broker] = {}
+_TOPIC_LOGS: dict[tuple[str, str], TopicLog] = {}
+
+
+def resolve_config(io: FileIO, config: BrokerConfig | str | os.PathLike[str] | None) -> BrokerConfig:
+    """Built-in defaults < ``<root>/_pubsub/broker.toml`` (if present) < an explicit config."""
+    if isinstance(config, BrokerConfig):
+        return config
+    if config is not None:
+        return load_broker_config(config)
+    if io.exists(BROKER_CONF_PATH):
+        return load_broker_config(io.abs_path(BROKER_CONF_PATH))
+    return BrokerConfig()
+
+
+class Broker:
+    """Shared per-process state of one storage root."""
+
+    def __init__(self, io: FileIO, config: BrokerConfig) -> None:
+        self.io = io
+        self.config = config
+        self.admin = Admin(io, config)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_url(cls, service_url: str, config: BrokerConfig | str | os.PathLike[str] | None = None) -> Broker:
+        """The process's broker for a storage root (created on first use)."""
+        io = file_io_for(service_url)
+        resolved = resolve_config(io, config)
+        io = file_io_for(service_url, fsync=resolved.fsync_enabled)
+        key = (io.root_uri, resolved)
+        with _REGISTRY_LOCK:
+            broker = _BROKERS.get(key)
+            if broker is None:
+                broker = cls(io, resolved)
+                _BROKERS[key] = broker
+            return broker
+
+    def topic_log(self, topic: TopicName, *, create: bool = True) -> TopicLog:
+        """The shared handle of an internal topic, creating its log if needed and allowed."""
+        if not topic.is_persistent:
+            raise NotAllowedError(
+                f"{topic} is non-persistent: it has no log on storage", topic=str(topic)
+            )
+        key = (self.io.root_uri, topic_dir(topic))
+        with _REGISTRY_LOCK:
+            log = _TOPIC_LOGS.get(key)
+            if log is None:
+                log = TopicLog(
+                    self.io,
+                    key[1],
+                    checkpoint_interval=self.config.checkpoint_interval,
+                    max_retries=self.config.commit_max_retries,
+                )
+                _TOPIC_LOGS[key] = log
+        if create and not log.exists():
+            log.create(name=str(topic))
+        return log
+
+    def partitions(self, topic: str | TopicName, *, auto_create: bool = True) -> list[TopicName]:
+        """Resolve a topic to its internal topics (auto-creating per the broker config)."""
+        return self.admin.topic_partitions(topic, auto_create=auto_create)
+
+
+__all__ = ["BROKER_CONF_PATH", "Broker", "resolve_config"]

@@ -1,0 +1,280 @@
+"""``Client``: the entry point, shaped like the official ``pulsar.Client``.
+
+The service URL names a storage root (a folder or ``file://`` URL), not a broker.  Keyword
+arguments that only make sense for a network client (TLS, authentication, threads, lookups) are
+accepted and type-checked so ported code runs, and otherwise ignored; ``docs/CLIENT.md`` lists them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import uuid
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from broker_core.broker import Broker
+from broker_core.client.args import check_positive, check_str_map, check_type, check_type_or_none
+from broker_core.client.producer import BatchingType, Producer
+from broker_core.client.reader import Reader
+from broker_core.clock import SYSTEM_CLOCK, Clock
+from broker_core.config import BrokerConfig
+from broker_core.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported
+from broker_core.hashing import HashingScheme
+from broker_core.message import BytesSchema, Schema
+from broker_core.message_id import MessageId
+from broker_core.naming import TopicName
+from broker_core.producer_registry import ProducerAccessMode
+from broker_core.routing import (
+    CustomRouter,
+    MessageRouter,
+    PartitionsRoutingMode,
+    RoundRobinRouter,
+    SinglePartitionRouter,
+)
+from broker_core.segment import CompressionType
+
+_NAME_COUNTER = itertools.count()
+
+
+class Client:
+    """A client of the storage root ``service_url`` (a path or ``file://`` URL).
+
+    Args:
+        service_url: the storage root.  Pulsar URLs (``pulsar://``...) are refused with an error.
+        broker_config: a ``BrokerConfig``, or a path to a TOML file; by default the root's
+            ``_pubsub/broker.toml`` if present, else the built-in defaults.
+        clock: time source (tests inject a ``ManualClock``).
+        reader_poll_interval_ms: how often a drained reader checks storage for other processes' commits.
+        The remaining arguments mirror the official client and are type-checked.
+    """
+
+    def __init__(
+        self,
+        service_url: str,
+        authentication: Any = None,
+        operation_timeout_seconds: int = 30,
+        io_threads: int = 1,
+        message_listener_threads: int = 1,
+        concurrent_lookup_requests: int = 50000,
+        log_conf_file_path: str | None = None,
+        stats_interval_in_seconds: int = 600,
+        use_tls: bool = False,
+        tls_trust_certs_file_path: str | None = None,
+        tls_allow_insecure_connection: bool = False,
+        tls_validate_hostname: bool = False,
+        logger: Any = None,
+        connection_timeout_ms: int = 10000,
+        listener_name: str | None = None,
+        *,
+        broker_config: BrokerConfig | str | os.PathLike[str] | None = None,
+        clock: Clock | None = None,
+        reader_poll_interval_ms: int = 10,
+    ) -> None:
+        check_type(str, service_url, "service_url")
+        check_positive(operation_timeout_seconds, "operation_timeout_seconds")
+        check_positive(io_threads, "io_threads")
+        check_positive(message_listener_threads, "message_listener_threads")
+        check_positive(concurrent_lookup_requests, "concurrent_lookup_requests")
+        check_type_or_none(str, log_conf_file_path, "log_conf_file_path")
+        check_positive(stats_interval_in_seconds, "stats_interval_in_seconds", allow_zero=True)
+        check_type(bool, use_tls, "use_tls")
+        check_type_or_none(str, tls_trust_certs_file_path, "tls_trust_certs_file_path")
+        check_type(bool, tls_allow_insecure_connection, "tls_allow_insecure_connection")
+        check_type(bool, tls_validate_hostname, "tls_validate_hostname")
+        check_positive(connection_timeout_ms, "connection_timeout_ms")
+        check_type_or_none(str, listener_name, "listener_name")
+        check_positive(reader_poll_interval_ms, "reader_poll_interval_ms")
+        self._broker = Broker.for_url(service_url, broker_config)
+        self._clock: Clock = clock or SYSTEM_CLOCK
+        self._poll_ms = reader_poll_interval_ms
+        self._closed = False
+        self._lock = threading.Lock()
+        self._handles: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosed("the client is closed; create a new Client")
+
+    def _topic_dir(self, topic: TopicName) -> str:
+        return "/".join(topic.relative_path())
+
+    def _forget(self, handle: Any) -> None:
+        with self._lock:
+            self._handles.discard(handle)
+
+    def _resolve(self, topic: str) -> tuple[TopicName, list[TopicName]]:
+        check_type(str, topic, "topic")
+        name = TopicName.parse(topic)
+        if not name.is_persistent:
+            raise OperationNotSupported(
+                f"{name} is non-persistent: non-persistent topics arrive with subscriptions; "
+                "use a persistent:// topic",
+                topic=str(name),
+            )
+        return name, self._broker.partitions(name)
+
+    # -- API ----------------------------------------------------------------------------------------
+
+    def get_topic_partitions(self, topic: str) -> list[str]:
+        """Partition names of a partitioned topic, or ``[topic]`` for a non-partitioned one."""
+        self._check_open()
+        _, partitions = self._resolve(topic)
+        return [str(p) for p in partitions]
+
+    def create_producer(
+        self,
+        topic: str,
+        producer_name: str | None = None,
+        schema: Schema | None = None,
+        initial_sequence_id: int | None = None,
+        send_timeout_millis: int = 30000,
+        compression_type: CompressionType = CompressionType.NONE,
+        max_pending_messages: int = 1000,
+        max_pending_messages_across_partitions: int = 50000,
+        block_if_queue_full: bool = False,
+        batching_enabled: bool = False,
+        batching_max_messages: int = 1000,
+        batching_max_allowed_size_in_bytes: int = 128 * 1024,
+        batching_max_publish_delay_ms: int = 10,
+        chunking_enabled: bool = False,
+        message_routing_mode: PartitionsRoutingMode = PartitionsRoutingMode.RoundRobinDistribution,
+        lazy_start_partitioned_producers: bool = False,
+        properties: dict[str, str] | None = None,
+        batching_type: int = BatchingType.Default,
+        encryption_key: str | None = None,
+        crypto_key_reader: Any = None,
+        access_mode: ProducerAccessMode = ProducerAccessMode.Shared,
+        message_router: Callable[[Any, int], int] | None = None,
+        *,
+        hashing_scheme: HashingScheme = HashingScheme.JavaStringHash,
+    ) -> Producer:
+        """Create a producer on ``topic`` (auto-created per ``allowAutoTopicCreation``)."""
+        self._check_open()
+        check_type_or_none(str, producer_name, "producer_name")
+        schema = BytesSchema() if schema is None else check_type(Schema, schema, "schema")
+        check_type_or_none(int, initial_sequence_id, "initial_sequence_id")
+        check_type(int, send_timeout_millis, "send_timeout_millis")
+        check_type(CompressionType, compression_type, "compression_type")
+        check_positive(max_pending_messages, "max_pending_messages")
+        check_positive(max_pending_messages_across_partitions, "max_pending_messages_across_partitions")
+        check_type(bool, block_if_queue_full, "block_if_queue_full")
+        check_type(bool, batching_enabled, "batching_enabled")
+        check_positive(batching_max_messages, "batching_max_messages")
+        check_positive(batching_max_allowed_size_in_bytes, "batching_max_allowed_size_in_bytes")
+        check_positive(batching_max_publish_delay_ms, "batching_max_publish_delay_ms", allow_zero=True)
+        check_type(bool, chunking_enabled, "chunking_enabled")
+        check_type(PartitionsRoutingMode, message_routing_mode, "message_routing_mode")
+        check_type(bool, lazy_start_partitioned_producers, "lazy_start_partitioned_producers")
+        props = check_str_map(properties, "properties")
+        check_type(int, batching_type, "batching_type")
+        if batching_type not in (BatchingType.Default, BatchingType.KeyBased):
+            raise InvalidConfiguration(f"argument 'batching_type' must be BatchingType.Default or KeyBased, got {batching_type!r}")
+        check_type(ProducerAccessMode, access_mode, "access_mode")
+        check_type(HashingScheme, hashing_scheme, "hashing_scheme")
+        if encryption_key is not None or crypto_key_reader is not None:
+            raise OperationNotSupported(
+                "end-to-end encryption is not supported; encrypt payloads in the application"
+            )
+        if message_router is not None and not callable(message_router):
+            raise InvalidConfiguration(f"argument 'message_router' must be callable, got {message_router!r}")
+        if batching_enabled and chunking_enabled:
+            raise InvalidConfiguration("batching and chunking cannot be enabled together; turn batching off to chunk")
+        if producer_name is not None and (not producer_name or producer_name.startswith("pubsub.")):
+            raise InvalidConfiguration(
+                f"producer_name {producer_name!r} is not allowed: it must be non-empty and may not start "
+                "with the reserved prefix 'pubsub.'"
+            )
+        name, partitions = self._resolve(topic)
+        router: MessageRouter | None = None
+        if len(partitions) > 1 or partitions[0] != name:
+            count = len(partitions)
+            if message_router is not None:
+                router = CustomRouter(count, message_router)
+            elif message_routing_mode == PartitionsRoutingMode.UseSinglePartition:
+                router = SinglePartitionRouter(count, scheme=hashing_scheme)
+            elif message_routing_mode == PartitionsRoutingMode.CustomPartition:
+                raise InvalidConfiguration("message_routing_mode=CustomPartition needs a message_router function")
+            else:
+                router = RoundRobinRouter(
+                    count, scheme=hashing_scheme, batching_enabled=batching_enabled,
+                    partition_switch_ms=max(1, batching_max_publish_delay_ms), clock=self._clock,
+                )
+        producer = Producer(
+            self, name, partitions,
+            producer_name=producer_name or f"pubsub-{os.getpid()}-{next(_NAME_COUNTER)}-{uuid.uuid4().hex[:6]}",
+            schema=schema, initial_sequence_id=initial_sequence_id, send_timeout_millis=send_timeout_millis,
+            compression_type=compression_type, max_pending_messages=max_pending_messages,
+            max_pending_messages_across_partitions=max_pending_messages_across_partitions,
+            block_if_queue_full=block_if_queue_full, batching_enabled=batching_enabled,
+            batching_max_messages=batching_max_messages,
+            batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
+            batching_max_publish_delay_ms=batching_max_publish_delay_ms, chunking_enabled=chunking_enabled,
+            router=router, batching_type=batching_type, access_mode=access_mode, properties=props,
+        )
+        with self._lock:
+            self._handles.add(producer)
+        return producer
+
+    def create_reader(
+        self,
+        topic: str,
+        start_message_id: MessageId,
+        schema: Schema | None = None,
+        reader_listener: Callable[[Reader, Any], None] | None = None,
+        receiver_queue_size: int = 1000,
+        reader_name: str | None = None,
+        subscription_role_prefix: str | None = None,
+        is_read_compacted: bool = False,
+        crypto_key_reader: Any = None,
+        start_message_id_inclusive: bool = False,
+        crypto_failure_action: Any = None,
+    ) -> Reader:
+        """Create a non-durable reader positioned at ``start_message_id`` (earliest, latest or an id)."""
+        self._check_open()
+        check_type(MessageId, start_message_id, "start_message_id")
+        schema = BytesSchema() if schema is None else check_type(Schema, schema, "schema")
+        if reader_listener is not None and not callable(reader_listener):
+            raise InvalidConfiguration(f"argument 'reader_listener' must be callable, got {reader_listener!r}")
+        check_positive(receiver_queue_size, "receiver_queue_size")
+        check_type_or_none(str, reader_name, "reader_name")
+        check_type_or_none(str, subscription_role_prefix, "subscription_role_prefix")
+        check_type(bool, is_read_compacted, "is_read_compacted")
+        check_type(bool, start_message_id_inclusive, "start_message_id_inclusive")
+        if crypto_key_reader is not None:
+            raise OperationNotSupported("end-to-end encryption is not supported")
+        if is_read_compacted:
+            raise OperationNotSupported(
+                "is_read_compacted=True needs topic compaction, which this version does not have yet"
+            )
+        name, partitions = self._resolve(topic)
+        reader = Reader(
+            self, name, partitions, start_message_id=start_message_id,
+            start_message_id_inclusive=start_message_id_inclusive, receiver_queue_size=receiver_queue_size,
+            reader_name=reader_name or f"reader-{uuid.uuid4().hex[:10]}", schema=schema,
+            reader_listener=reader_listener, poll_interval_ms=self._poll_ms,
+        )
+        with self._lock:
+            self._handles.add(reader)
+        return reader
+
+    def close(self) -> None:
+        """Close every producer (flushing it) and reader of this client."""
+        if self._closed:
+            return
+        with self._lock:
+            handles = list(self._handles)
+        for handle in handles:
+            handle.close()
+        self._closed = True
+
+    def shutdown(self) -> None:
+        """Close without waiting for more than the pending flushes (same as ``close`` here)."""
+        self.close()
+
+
+__all__ = ["Client"]

@@ -1,0 +1,444 @@
+"""The producer: validate, route and queue messages; a sender thread commits them.
+
+``send_async`` only queues.  One daemon sender thread per producer turns each partition's queue
+into commits: with batching, a batch is flushed when it reaches ``batching_max_messages`` or
+``batching_max_allowed_size_in_bytes``, when its oldest message is ``batching_max_publish_delay_ms``
+old, or on ``flush()``/``send()``; without batching, everything queued for a partition is committed
+together as separate entries (group commit).  Callbacks run on the sender thread after the commit,
+so a callback means the message is durable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from broker_core.client.args import check_str_map, check_type, check_type_or_none
+from broker_core.client.builder import PendingMessage, plan_entries, rows_for
+from broker_core.errors import (
+    AlreadyClosed,
+    InvalidConfiguration,
+    MessageTooBig,
+    ProducerBusy,
+    ProducerQueueIsFull,
+    PulsarException,
+    Timeout,
+    result_for,
+)
+from broker_core.message_id import MessageId
+from broker_core.naming import TopicName
+from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
+from broker_core.routing import MessageRouter
+from broker_core.segment import CompressionType
+from broker_core.topic_log import TopicLog
+
+if TYPE_CHECKING:
+    from broker_core.client.client import Client
+    from broker_core.message import Schema
+
+
+class BatchingType:
+    """The official batching types: ``Default`` batches in order, ``KeyBased`` one batch per key."""
+
+    Default = 0
+    KeyBased = 1
+
+
+class _PartitionQueue:
+    __slots__ = ("bytes", "enqueued", "flush_target", "log", "messages", "registry", "epoch", "taken")
+
+    def __init__(self, log: TopicLog, registry: ProducerRegistry) -> None:
+        self.log = log
+        self.registry = registry
+        self.messages: deque[PendingMessage] = deque()
+        self.bytes = 0
+        self.enqueued = 0
+        self.taken = 0
+        self.flush_target = 0
+        self.epoch = 0
+
+
+class Producer:
+    """Publishes messages to one topic (all its partitions). Create with ``Client.create_producer``."""
+
+    def __init__(
+        self,
+        client: Client,
+        topic: TopicName,
+        partitions: list[TopicName],
+        *,
+        producer_name: str,
+        schema: Schema,
+        initial_sequence_id: int | None,
+        send_timeout_millis: int,
+        compression_type: CompressionType,
+        max_pending_messages: int,
+        max_pending_messages_across_partitions: int,
+        block_if_queue_full: bool,
+        batching_enabled: bool,
+        batching_max_messages: int,
+        batching_max_allowed_size_in_bytes: int,
+        batching_max_publish_delay_ms: int,
+        chunking_enabled: bool,
+        router: MessageRouter | None,
+        batching_type: int,
+        access_mode: ProducerAccessMode,
+        properties: dict[str, str] | None,
+    ) -> None:
+        self._client = client
+        self._topic = topic
+        self._partitioned = len(partitions) > 1 or partitions[0] != topic
+        self._name = producer_name
+        self._schema = schema
+        self._send_timeout_s = send_timeout_millis / 1000 if send_timeout_millis > 0 else None
+        self._compression = compression_type
+        self._max_pending = max_pending_messages
+        self._max_pending_total = max_pending_messages_across_partitions
+        self._block = block_if_queue_full
+        self._batching = batching_enabled
+        self._batch_max_messages = batching_max_messages
+        self._batch_max_bytes = batching_max_allowed_size_in_bytes
+        self._batch_delay_s = batching_max_publish_delay_ms / 1000
+        self._chunking = chunking_enabled
+        self._router = router
+        self._key_based = batching_type == BatchingType.KeyBased
+        self._access_mode = access_mode
+        self._properties = dict(properties or {})
+        config = client._broker.config
+        self._dedup = config.broker_deduplication_enabled
+        self._max_message_size = config.max_message_size
+        self._lease_ms = config.producer_lease_ms
+        self._clock = client._clock
+        self._cond = threading.Condition()
+        self._closed = False
+        self._failure: PulsarException | None = None
+        self._queues = [
+            _PartitionQueue(client._broker.topic_log(p), ProducerRegistry(client._broker.io, client._topic_dir(p)))
+            for p in partitions
+        ]
+        self._register()
+        last = -1
+        if initial_sequence_id is not None:
+            last = initial_sequence_id
+        elif self._dedup:
+            for q in self._queues:
+                prior = q.log.snapshot().txn_version(self._name)
+                if prior is not None:
+                    last = max(last, prior)
+        self._last_sequence_id = last
+        self._next_sequence_id = last + 1
+        self._last_renew_s = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name=f"pubsub-producer-{self._name}", daemon=True)
+        self._thread.start()
+
+    # -- registration -------------------------------------------------------------------------------
+
+    def _register(self) -> None:
+        registered: list[_PartitionQueue] = []
+        try:
+            for q in self._queues:
+                while True:
+                    try:
+                        q.registry.register(
+                            self._name, self._access_mode, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms
+                        )
+                        break
+                    except ProducerBusy:
+                        if self._access_mode != ProducerAccessMode.WaitForExclusive or self._client._closed:
+                            raise
+                        time.sleep(0.05)
+                registered.append(q)
+                if self._access_mode == ProducerAccessMode.Shared:
+                    q.epoch = q.log.snapshot().producer_epoch
+                else:
+                    q.epoch = q.log.bump_producer_epoch()
+        except BaseException:
+            for q in registered:
+                with contextlib.suppress(Exception):
+                    q.registry.unregister(self._name)
+            raise
+
+    def _renew_leases(self) -> None:
+        now = time.monotonic()
+        if (now - self._last_renew_s) * 1000 < self._lease_ms / 3:
+            return
+        self._last_renew_s = now
+        for q in self._queues:
+            try:
+                q.registry.renew(self._name, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms)
+            except PulsarException as exc:
+                self._failure = self._failure or exc
+
+    # -- public API ---------------------------------------------------------------------------------
+
+    def topic(self) -> str:
+        return str(self._topic)
+
+    def producer_name(self) -> str:
+        return self._name
+
+    def last_sequence_id(self) -> int:
+        """The highest sequence id this producer had acknowledged (-1 if none)."""
+        return self._last_sequence_id
+
+    def is_connected(self) -> bool:
+        return not self._closed and self._failure is None
+
+    def send(self, content: Any, properties: dict[str, str] | None = None, partition_key: str | None = None,
+             ordering_key: str | None = None, sequence_id: int | None = None,
+             replication_clusters: list[str] | None = None, disable_replication: bool = False,
+             event_timestamp: int | None = None, deliver_at: int | None = None,
+             deliver_after: timedelta | None = None) -> MessageId:
+        """Publish a message and block until it is durable; return its ``MessageId``."""
+        pending = self._enqueue(content, properties, partition_key, ordering_key, sequence_id,
+                                replication_clusters, disable_replication, event_timestamp, deliver_at,
+                                deliver_after, flush=True)
+        try:
+            return pending.future.result(timeout=self._send_timeout_s)
+        except TimeoutError as exc:
+            raise Timeout(f"send to {self._topic} did not complete within the send timeout",
+                          topic=str(self._topic)) from exc
+
+    def send_async(self, content: Any, callback: Callable[[Any, MessageId | None], None] | None,
+                   properties: dict[str, str] | None = None, partition_key: str | None = None,
+                   ordering_key: str | None = None, sequence_id: int | None = None,
+                   replication_clusters: list[str] | None = None, disable_replication: bool = False,
+                   event_timestamp: int | None = None, deliver_at: int | None = None,
+                   deliver_after: timedelta | None = None) -> Future[MessageId]:
+        """Queue a message; ``callback(result, message_id)`` runs once it is durable (or failed)."""
+        if callback is not None and not callable(callback):
+            raise InvalidConfiguration(f"argument 'callback' must be callable, got {callback!r}")
+        try:
+            pending = self._enqueue(content, properties, partition_key, ordering_key, sequence_id,
+                                    replication_clusters, disable_replication, event_timestamp, deliver_at,
+                                    deliver_after, flush=False)
+        except ProducerQueueIsFull as exc:
+            if callback is None:
+                raise
+            callback(result_for(exc), None)
+            failed: Future[MessageId] = Future()
+            failed.set_exception(exc)
+            return failed
+        if callback is not None:
+            def done(fut: Future[MessageId]) -> None:
+                exc = fut.exception()
+                callback(result_for(exc), None if exc else fut.result())
+
+            pending.future.add_done_callback(done)
+        return pending.future
+
+    def flush(self) -> None:
+        """Commit everything queued so far and wait until it is durable."""
+        waits: list[Future[MessageId]] = []
+        with self._cond:
+            for q in self._queues:
+                q.flush_target = q.enqueued
+                if q.messages:
+                    waits.append(q.messages[-1].future)
+            self._cond.notify_all()
+        for fut in waits:
+            with contextlib.suppress(Exception):
+                fut.result()
+        if self._failure is not None:
+            raise self._failure
+
+    def close(self) -> None:
+        """Flush pending messages, stop the sender thread and give up the registration."""
+        if self._closed:
+            return
+        with contextlib.suppress(PulsarException):
+            self.flush()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=30)
+        for q in self._queues:
+            with contextlib.suppress(Exception):
+                q.registry.unregister(self._name)
+        self._client._forget(self)
+
+    # -- queueing -----------------------------------------------------------------------------------
+
+    def _enqueue(self, content: Any, properties: Any, partition_key: Any, ordering_key: Any, sequence_id: Any,
+                 replication_clusters: Any, disable_replication: Any, event_timestamp: Any, deliver_at: Any,
+                 deliver_after: Any, *, flush: bool) -> PendingMessage:
+        if self._closed:
+            raise AlreadyClosed(f"producer {self._name!r} on {self._topic} is closed")
+        if self._failure is not None:
+            raise self._failure
+        data = None if content is None else self._schema.encode(content)
+        props = check_str_map(properties, "properties")
+        check_type_or_none(str, partition_key, "partition_key")
+        check_type_or_none(str, ordering_key, "ordering_key")
+        check_type_or_none(int, sequence_id, "sequence_id")
+        check_type_or_none(list, replication_clusters, "replication_clusters")
+        check_type(bool, disable_replication, "disable_replication")
+        check_type_or_none(int, event_timestamp, "event_timestamp")
+        check_type_or_none(int, deliver_at, "deliver_at")
+        check_type_or_none(timedelta, deliver_after, "deliver_after")
+        if sequence_id is not None and sequence_id < 0:
+            raise InvalidConfiguration(f"argument 'sequence_id' must be >= 0, got {sequence_id}")
+        publish_ms = self._clock.now_ms()
+        deliver_ms = deliver_at
+        if deliver_after is not None:
+            deliver_ms = publish_ms + int(deliver_after.total_seconds() * 1000)
+        size = len(data) if data is not None else 0
+        if size > self._max_message_size and not self._chunking:
+            raise MessageTooBig(
+                f"message of {size} bytes exceeds maxMessageSize={self._max_message_size} on {self._topic}; "
+                "enable chunking (chunking_enabled=True, batching off) or send smaller messages",
+                topic=str(self._topic),
+            )
+        partition = 0
+        if self._partitioned:
+            if self._router is None:
+                raise InvalidConfiguration("partitioned producer without a router")
+            partition = self._router.choose(partition_key, content)
+        ordering = ordering_key.encode("utf-8") if ordering_key else None
+        with self._cond:
+            if sequence_id is None:
+                seq = self._next_sequence_id
+                self._next_sequence_id += 1
+            else:
+                seq = sequence_id
+            pieces = self._split(data, size, seq)
+            self._wait_for_space(partition, len(pieces))
+            q = self._queues[partition]
+            now = time.monotonic()
+            for index, (chunk, chunk_fields) in enumerate(pieces):
+                pending = PendingMessage(
+                    value=chunk, key=partition_key, ordering_key=ordering, properties=props,
+                    sequence_id=seq, publish_time_ms=publish_ms, event_time_ms=event_timestamp,
+                    deliver_at_ms=deliver_ms, size_bytes=len(chunk) if chunk is not None else 0,
+                    enqueued_s=now, **chunk_fields,
+                )
+                q.messages.append(pending)
+                q.bytes += pending.size_bytes
+                q.enqueued += 1
+                if index == len(pieces) - 1:
+                    last = pending
+            if flush:
+                q.flush_target = q.enqueued
+            self._cond.notify_all()
+        return last
+
+    def _split(self, data: bytes | None, size: int, seq: int) -> list[tuple[bytes | None, dict[str, Any]]]:
+        if data is None or size <= self._max_message_size:
+            return [(data, {})]
+        chunk_size = self._max_message_size
+        count = (size + chunk_size - 1) // chunk_size
+        chunk_uuid = f"{self._name}-{seq}-{uuid.uuid4().hex[:8]}"
+        return [
+            (data[i * chunk_size : (i + 1) * chunk_size],
+             {"chunk_uuid": chunk_uuid, "chunk_id": i, "num_chunks": count, "chunk_total_size_bytes": size})
+            for i in range(count)
+        ]
+
+    def _wait_for_space(self, partition: int, needed: int) -> None:
+        def full() -> bool:
+            total = sum(len(q.messages) for q in self._queues)
+            return (len(self._queues[partition].messages) + needed > self._max_pending and
+                    len(self._queues[partition].messages) > 0) or (
+                self._max_pending_total > 0 and total + needed > self._max_pending_total and total > 0)
+
+        while full():
+            if not self._block:
+                raise ProducerQueueIsFull(
+                    f"producer {self._name!r} has {self._max_pending} pending messages on {self._topic}; "
+                    "wait for callbacks, call flush(), or create it with block_if_queue_full=True",
+                    topic=str(self._topic),
+                )
+            self._cond.wait(timeout=0.1)
+            if self._closed:
+                raise AlreadyClosed(f"producer {self._name!r} was closed while waiting for queue space")
+
+    # -- the sender thread --------------------------------------------------------------------------
+
+    def _ready(self, q: _PartitionQueue, now: float) -> bool:
+        if not q.messages:
+            return False
+        if not self._batching or self._closed or q.taken < q.flush_target:
+            return True
+        return (len(q.messages) >= self._batch_max_messages or q.bytes >= self._batch_max_bytes
+                or now - q.messages[0].enqueued_s >= self._batch_delay_s)
+
+    def _take(self, q: _PartitionQueue) -> list[PendingMessage]:
+        limit = self._batch_max_messages if self._batching else 10_000
+        byte_limit = self._batch_max_bytes if self._batching else 16 << 20
+        out: list[PendingMessage] = []
+        size = 0
+        while q.messages and (len(out) < limit and size < byte_limit or (out and out[-1].is_chunk
+                                                                         and out[-1].chunk_id != out[-1].num_chunks - 1)):
+            msg = q.messages.popleft()
+            out.append(msg)
+            size += msg.size_bytes
+            q.bytes -= msg.size_bytes
+        q.taken += len(out)
+        return out
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    ready = [q for q in self._queues if self._ready(q, now)]
+                    if ready:
+                        break
+                    if self._closed and not any(q.messages for q in self._queues):
+                        return
+                    waits = [self._batch_delay_s - (now - q.messages[0].enqueued_s) for q in self._queues if q.messages]
+                    timeout = min([*waits, self._lease_ms / 3000])
+                    self._cond.wait(timeout=max(timeout, 0.0005))
+                    self._renew_leases()
+                work = [(q, self._take(q)) for q in ready]
+                self._cond.notify_all()
+            for q, batch in work:
+                if batch:
+                    self._commit(q, batch)
+            self._renew_leases()
+
+    def _commit(self, q: _PartitionQueue, batch: list[PendingMessage]) -> None:
+        partition = self._queues.index(q) if self._partitioned else -1
+        try:
+            if self._failure is not None:
+                raise self._failure
+            ordered, layout = plan_entries(batch, batching=self._batching, key_based=self._key_based)
+            table = rows_for(ordered, self._name)
+            result = q.log.append(table, layout=layout, compression=self._compression, dedup=self._dedup,
+                                  producer_epoch=q.epoch)
+        except BaseException as exc:  # resolve every waiter, whatever happened
+            error = exc if isinstance(exc, PulsarException) else PulsarException(f"commit failed: {exc!r}")
+            if isinstance(exc, PulsarException) and type(exc).__name__ == "ProducerFenced":
+                self._failure = exc
+            for msg in batch:
+                if not msg.future.done():
+                    msg.future.set_exception(error)
+            return
+        snap = q.log.log.cached_snapshot()
+        ledger = snap.ledger_id
+        if result.segment is not None:
+            offsets = result.segment.base_offset + np.cumsum(result.kept) - 1
+            entries, batches = q.log.ids_for_offsets(offsets[result.kept], snapshot=snap)
+        kept_iter = iter(range(int(result.kept.sum())))
+        for row, msg in enumerate(ordered):
+            if result.kept[row]:
+                i = next(kept_iter)
+                msg_id = MessageId(partition=partition, ledger_id=ledger, entry_id=int(entries[i]),
+                                   batch_index=int(batches[i]))
+            else:
+                msg_id = MessageId(partition=partition, ledger_id=-1, entry_id=-1, batch_index=-1)
+            with self._cond:
+                self._last_sequence_id = max(self._last_sequence_id, msg.sequence_id)
+            msg.future.set_result(msg_id)
+
+
+__all__ = ["BatchingType", "Producer"]

@@ -1,0 +1,278 @@
+"""The reader: a non-durable cursor kept in memory, over one topic's partitions.
+
+A reader never registers anywhere, so it never holds back retention.  It reads a partition in
+slices of ``receiver_queue_size`` messages (Arrow, vectorised), turns them into ``Message`` objects,
+and reassembles chunked messages.  When it is drained it waits on an event that the same process's
+commits set (push) and otherwise polls the next log version every ``poll_interval_ms``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from broker_core.client.args import check_type
+from broker_core.errors import AlreadyClosed, InvalidConfiguration, Timeout
+from broker_core.message import Message, Schema, messages_from_rows
+from broker_core.message_id import MessageId
+from broker_core.naming import TopicName
+from broker_core.topic_log import TopicLog
+
+if TYPE_CHECKING:
+    from broker_core.client.client import Client
+
+
+class _Partition:
+    __slots__ = ("chunks", "index", "log", "name", "position")
+
+    def __init__(self, index: int, name: TopicName, log: TopicLog) -> None:
+        self.index = index
+        self.name = name
+        self.log = log
+        self.position = 0
+        self.chunks: dict[str, list[Message]] = {}
+
+
+class Reader:
+    """Reads a topic from a chosen position. Create with ``Client.create_reader``."""
+
+    def __init__(
+        self,
+        client: Client,
+        topic: TopicName,
+        partitions: list[TopicName],
+        *,
+        start_message_id: MessageId,
+        start_message_id_inclusive: bool,
+        receiver_queue_size: int,
+        reader_name: str,
+        schema: Schema,
+        reader_listener: Callable[[Reader, Message], None] | None,
+        poll_interval_ms: int,
+    ) -> None:
+        self._client = client
+        self._topic = topic
+        self._partitioned = len(partitions) > 1 or partitions[0] != topic
+        self._name = reader_name
+        self._schema = schema
+        self._inclusive = start_message_id_inclusive
+        self._queue_size = receiver_queue_size
+        self._poll_s = poll_interval_ms / 1000
+        self._parts = [
+            _Partition(i if self._partitioned else -1, p, client._broker.topic_log(p))
+            for i, p in enumerate(partitions)
+        ]
+        self._buffer: deque[Message] = deque()
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._closed = False
+        self._next_part = 0
+        for part in self._parts:
+            part.log.add_waiter(self._wake)
+        self._position_at(start_message_id)
+        self._listener_thread: threading.Thread | None = None
+        if reader_listener is not None:
+            self._listener_thread = threading.Thread(
+                target=self._listen, args=(reader_listener,), name=f"pubsub-reader-{reader_name}", daemon=True
+            )
+            self._listener_thread.start()
+
+    # -- positioning ----------------------------------------------------------------------------------
+
+    def _position_at(self, msg_id: MessageId) -> None:
+        if not isinstance(msg_id, MessageId):
+            raise InvalidConfiguration(f"expected a MessageId, got {type(msg_id).__name__} {msg_id!r}")
+        special = msg_id in (MessageId.earliest, MessageId.latest)
+        if self._partitioned and not special:
+            raise InvalidConfiguration(
+                f"a reader on partitioned topic {self._topic} can start or seek only at MessageId.earliest, "
+                f"MessageId.latest or a publish timestamp, not {msg_id}; create the reader on the partition "
+                f"({self._topic}-partition-{msg_id.partition()}) to position it at a message id"
+            )
+        with self._lock:
+            self._buffer.clear()
+            for part in self._parts:
+                part.chunks.clear()
+                part.position = part.log.offset_for_message_id(msg_id, inclusive=self._inclusive)
+
+    def seek(self, message_id: MessageId | int) -> None:
+        """Reposition at a message id (the start rules apply) or a publish timestamp in ms (inclusive)."""
+        self._check_open()
+        if isinstance(message_id, bool) or not isinstance(message_id, MessageId | int):
+            raise InvalidConfiguration(
+                f"seek takes a MessageId or a timestamp in ms (int), got {type(message_id).__name__}"
+            )
+        if isinstance(message_id, int):
+            with self._lock:
+                self._buffer.clear()
+                for part in self._parts:
+                    part.chunks.clear()
+                    part.position = part.log.offset_for_publish_time(message_id)
+        else:
+            self._position_at(message_id)
+
+    # -- reading ----------------------------------------------------------------------------------------
+
+    def topic(self) -> str:
+        return str(self._topic)
+
+    def is_connected(self) -> bool:
+        return not self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosed(f"reader {self._name!r} on {self._topic} is closed")
+
+    def _fetch(self) -> bool:
+        """Fill the buffer from the next partition with data; False if every partition is drained."""
+        n = len(self._parts)
+        for step in range(n):
+            part = self._parts[(self._next_part + step) % n]
+            snap = part.log.snapshot()
+            if part.position < snap.first_offset:
+                part.position = snap.first_offset  # retention removed what we had not read yet
+            if part.position >= snap.next_offset:
+                continue
+            end = min(part.position + self._queue_size, snap.next_offset)
+            table, offsets = part.log.read(part.position, end, snapshot=snap)
+            part.position = end
+            self._next_part = (self._next_part + step + 1) % n
+            if not len(offsets):
+                continue
+            entries, batches = part.log.ids_for_offsets(offsets, snapshot=snap)
+            msgs = messages_from_rows(
+                table, offsets, entries, batches, ledger_id=snap.ledger_id, partition=part.index,
+                topic=str(part.name) if self._partitioned else str(self._topic), schema=self._schema,
+            )
+            self._buffer.extend(_assemble_chunks(part, table, msgs))
+            if self._buffer:
+                return True
+        return bool(self._buffer)
+
+    def read_next(self, timeout_millis: int | None = None) -> Message:
+        """The next message; waits up to ``timeout_millis`` (forever if None), else ``Timeout``."""
+        if timeout_millis is not None:
+            check_type(int, timeout_millis, "timeout_millis")
+        deadline = None if timeout_millis is None else self._client._clock.monotonic_s() + timeout_millis / 1000
+        while True:
+            self._check_open()
+            with self._lock:
+                if self._buffer or self._fetch():
+                    return self._buffer.popleft()
+            self._wake.clear()
+            with self._lock:  # a commit may have landed between the fetch and the clear
+                if self._buffer or self._fetch():
+                    return self._buffer.popleft()
+            wait = self._poll_s
+            if deadline is not None:
+                remaining = deadline - self._client._clock.monotonic_s()
+                if remaining <= 0:
+                    raise Timeout(f"no message on {self._topic} within {timeout_millis} ms", topic=str(self._topic))
+                wait = min(wait, remaining)
+            self._wake.wait(wait)
+
+    def read_batch(self, max_messages: int = 10_000) -> pa.Table:
+        """Up to ``max_messages`` raw rows (segment columns plus ``partition``, ``offset``,
+        ``entry_id``, ``batch_index``) as one Arrow table, without waiting.
+
+        This is the bulk path: no ``Message`` objects are built.  Chunked messages are returned as
+        their chunks (``chunk_*`` columns say how to join them).
+        """
+        self._check_open()
+        check_type(int, max_messages, "max_messages")
+        pieces = []
+        with self._lock:
+            if self._buffer:
+                raise InvalidConfiguration(
+                    "read_batch cannot be mixed with read_next while read_next has buffered messages"
+                )
+            remaining = max_messages
+            for part in self._parts:
+                snap = part.log.snapshot()
+                part.position = max(part.position, snap.first_offset)
+                end = min(part.position + remaining, snap.next_offset)
+                if end <= part.position:
+                    continue
+                table, offsets = part.log.read(part.position, end, snapshot=snap)
+                part.position = end
+                entries, batches = part.log.ids_for_offsets(offsets, snapshot=snap)
+                n = table.num_rows
+                table = (table.append_column("partition", pa.array(np.full(n, part.index, dtype=np.int32)))
+                         .append_column("offset", pa.array(offsets))
+                         .append_column("entry_id", pa.array(entries))
+                         .append_column("batch_index", pa.array(batches)))
+                pieces.append(table)
+                remaining -= n
+                if remaining <= 0:
+                    break
+        if not pieces:
+            from broker_core.segment import SEGMENT_SCHEMA
+
+            schema = (SEGMENT_SCHEMA.append(pa.field("partition", pa.int32())).append(pa.field("offset", pa.int64()))
+                      .append(pa.field("entry_id", pa.int64())).append(pa.field("batch_index", pa.int32())))
+            return schema.empty_table()
+        return pa.concat_tables(pieces)
+
+    def has_message_available(self) -> bool:
+        """Whether ``read_next`` would return without waiting for a new publish."""
+        self._check_open()
+        with self._lock:
+            if self._buffer:
+                return True
+            for part in self._parts:
+                snap = part.log.snapshot()
+                if max(part.position, snap.first_offset) < snap.next_offset:
+                    return True
+        return False
+
+    def close(self) -> None:
+        """Close the reader; a blocked ``read_next`` wakes and raises ``AlreadyClosed``."""
+        if self._closed:
+            return
+        self._closed = True
+        for part in self._parts:
+            part.log.remove_waiter(self._wake)
+        self._wake.set()
+        self._client._forget(self)
+
+    def _listen(self, listener: Callable[[Reader, Message], None]) -> None:
+        while not self._closed:
+            try:
+                msg = self.read_next(timeout_millis=int(self._poll_s * 1000) or 1)
+            except (Timeout, AlreadyClosed):
+                continue
+            listener(self, msg)
+
+    def __iter__(self) -> Any:
+        while self.has_message_available():
+            yield self.read_next()
+
+
+def _assemble_chunks(part: _Partition, table: pa.Table, msgs: list[Message]) -> list[Message]:
+    """Pass ordinary messages through; join chunks into whole messages once all have arrived."""
+    num_chunks = table.column("num_chunks")
+    if num_chunks.null_count == table.num_rows:
+        return msgs
+    uuids = table.column("chunk_uuid").to_pylist()
+    totals = num_chunks.to_pylist()
+    out: list[Message] = []
+    for msg, chunk_uuid, total in zip(msgs, uuids, totals, strict=True):
+        if total is None:
+            out.append(msg)
+            continue
+        pieces = part.chunks.setdefault(chunk_uuid, [])
+        pieces.append(msg)
+        if len(pieces) == total:
+            del part.chunks[chunk_uuid]
+            last = pieces[-1]
+            last._data = b"".join(p._data or b"" for p in pieces)
+            out.append(last)
+    return out
+
+
+__all__ = ["Reader"]

@@ -1,0 +1,302 @@
+"""Broker settings: a frozen pydantic model with Pulsar's setting names, and its TOML loader.
+
+Settings that exist in Pulsar's ``broker.conf`` keep their Pulsar names (camelCase) as aliases, so a
+value copied from a Pulsar deployment means the same thing here; Python code reads the snake_case
+field names.  Settings that only make sense for a broker-less, log-on-storage design (checkpoints,
+producer leases, commit retries, fsync) are ours and are named in the same style.
+
+Precedence (lowest first): built-in defaults < the TOML file < keyword overrides.  ``conf/broker.toml``
+at the repository root spells out the built-in defaults; a test keeps the two identical.  Namespace and
+topic policies, which sit between the file and explicit arguments, are applied by their own modules.
+
+Every failure is an ``InvalidConfiguration`` whose message names the setting by its Pulsar name, the
+bad value, the expected type or range, and where the value came from.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+
+from broker_core.errors import InvalidConfiguration
+
+_MIB = 1024 * 1024
+
+
+class BrokerConfig(BaseModel):
+    """Broker-wide settings.
+
+    Field names are snake_case; each field's Pulsar (camelCase) name is its alias, and both are
+    accepted on input.  The alias is given as ``validation_alias`` plus ``serialization_alias``
+    rather than ``alias`` so that type checkers see the Python names as the constructor's keywords
+    (``BrokerConfig(max_message_size=...)``); ``model_dump(by_alias=True)`` gives Pulsar names.
+
+    Values are validated strictly: ``"5"`` is not an int and ``1`` is not a boolean, because a
+    config file that says the wrong thing should fail rather than be guessed at.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, strict=True)
+
+    # --- Pulsar settings --------------------------------------------------------------------------
+
+    max_message_size: int = Field(
+        default=5 * _MIB,
+        validation_alias="maxMessageSize",
+        serialization_alias="maxMessageSize",
+        gt=0,
+        description="Largest message payload in bytes that a producer may send without chunking.",
+    )
+    broker_deduplication_enabled: bool = Field(
+        default=False,
+        validation_alias="brokerDeduplicationEnabled",
+        serialization_alias="brokerDeduplicationEnabled",
+        description="Drop resent messages whose producer sequence id was already committed.",
+    )
+    allow_auto_topic_creation: bool = Field(
+        default=True,
+        validation_alias="allowAutoTopicCreation",
+        serialization_alias="allowAutoTopicCreation",
+        description="Create a topic the first time a producer or consumer names it.",
+    )
+    allow_auto_topic_creation_type: Literal["non-partitioned", "partitioned"] = Field(
+        default="non-partitioned",
+        validation_alias="allowAutoTopicCreationType",
+        serialization_alias="allowAutoTopicCreationType",
+        description="The kind of topic auto-creation makes.",
+    )
+    default_num_partitions: int = Field(
+        default=1,
+        validation_alias="defaultNumPartitions",
+        serialization_alias="defaultNumPartitions",
+        ge=1,
+        description="Partitions of an auto-created partitioned topic.",
+    )
+    max_num_partitions_per_partitioned_topic: int = Field(
+        default=0,
+        validation_alias="maxNumPartitionsPerPartitionedTopic",
+        serialization_alias="maxNumPartitionsPerPartitionedTopic",
+        ge=0,
+        description="Upper bound on a partitioned topic's partitions; 0 means no bound.",
+    )
+    broker_deduplication_max_number_of_producers: int = Field(
+        default=10_000,
+        validation_alias="brokerDeduplicationMaxNumberOfProducers",
+        serialization_alias="brokerDeduplicationMaxNumberOfProducers",
+        gt=0,
+        description="How many producers' last sequence ids deduplication remembers per topic.",
+    )
+
+    # --- spark-pubsub storage settings (not in Pulsar) --------------------------------------------
+
+    checkpoint_interval: int = Field(
+        default=100,
+        validation_alias="checkpointInterval",
+        serialization_alias="checkpointInterval",
+        gt=0,
+        description="Commits between log checkpoints (like Delta's delta.checkpointInterval).",
+    )
+    producer_lease_ms: int = Field(
+        default=30_000,
+        validation_alias="producerLeaseMs",
+        serialization_alias="producerLeaseMs",
+        gt=0,
+        description="Milliseconds a producer registration stays valid without being renewed.",
+    )
+    commit_max_retries: int = Field(
+        default=1000,
+        validation_alias="commitMaxRetries",
+        serialization_alias="commitMaxRetries",
+        gt=0,
+        description="How many lost put-if-absent races a commit retries before giving up.",
+    )
+    fsync_enabled: bool = Field(
+        default=True,
+        validation_alias="fsyncEnabled",
+        serialization_alias="fsyncEnabled",
+        description="fsync segment and log files before a commit becomes visible.",
+    )
+
+    @model_validator(mode="after")
+    def _default_partitions_within_limit(self) -> BrokerConfig:
+        limit = self.max_num_partitions_per_partitioned_topic
+        if limit and self.default_num_partitions > limit:
+            raise ValueError(
+                f"defaultNumPartitions = {self.default_num_partitions} exceeds "
+                f"maxNumPartitionsPerPartitionedTopic = {limit}; lower the first or raise the second"
+            )
+        return self
+
+
+# --- error translation -----------------------------------------------------------------------------
+
+
+def _expected(field: FieldInfo) -> str:
+    """Describe what a field accepts, e.g. ``an int > 0`` or ``one of 'a', 'b'``."""
+    annotation = field.annotation
+    if typing.get_origin(annotation) is Literal:
+        return "one of " + ", ".join(repr(choice) for choice in typing.get_args(annotation))
+    type_name = getattr(annotation, "__name__", str(annotation))
+    text = {"bool": "a boolean (true or false)", "int": "an int", "str": "a string"}.get(
+        type_name, f"a {type_name}"
+    )
+    bounds = [
+        f"{op} {bound}"
+        for constraint in field.metadata
+        for attr, op in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+        if (bound := getattr(constraint, attr, None)) is not None
+    ]
+    return " ".join([text, " and ".join(bounds)]) if bounds else text
+
+
+def _field_index(model: type[BaseModel] | None) -> dict[str, tuple[str, FieldInfo]]:
+    """Map both python names and aliases to (user-facing name, field)."""
+    index: dict[str, tuple[str, FieldInfo]] = {}
+    for name, field in (model.model_fields if model is not None else {}).items():
+        validation_alias = field.validation_alias if isinstance(field.validation_alias, str) else None
+        public = field.alias or validation_alias or name
+        index[name] = (public, field)
+        index[public] = (public, field)
+    return index
+
+
+def validation_error_message(
+    exc: ValidationError, *, source: str, model: type[BaseModel] | None = None
+) -> str:
+    """Render a pydantic ``ValidationError`` as one message for ``InvalidConfiguration``.
+
+    Pydantic's own text names Python locations and model internals; users think in setting names and
+    files.  This names each bad setting by its user-facing name (the alias), shows the bad value and
+    what was expected, and says where the value came from.
+
+    Args:
+        exc: the error from validating a settings model.
+        source: where the values came from (a file path, "keyword overrides", ...).
+        model: the model that was validated; when given, messages use its aliases, state each
+            field's type and range, and suggest the nearest name for an unknown setting.
+
+    Returns:
+        ``"Invalid configuration in <source>: <problem>[; <problem>...]"``.
+    """
+    fields = _field_index(model)
+    known_names = sorted(fields)  # python names and aliases, so a typo of either finds its match
+    problems: list[str] = []
+    for error in exc.errors():
+        loc = ".".join(str(part) for part in error["loc"])
+        public, field = fields.get(str(error["loc"][0]), (loc, None)) if error["loc"] else (loc, None)
+        key = public if len(error["loc"]) <= 1 else loc
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            problem = f"unknown setting {key!r} (value {error['input']!r})"
+            close = difflib.get_close_matches(key, known_names, n=1)
+            if close:
+                problem += f"; did you mean {close[0]!r}?"
+        elif error["type"] == "missing":
+            problem = f"setting {key!r} is required"
+        elif not error["loc"]:
+            problem = message
+        else:
+            problem = f"{key} = {error['input']!r} is invalid: {message[:1].lower()}{message[1:]}"
+            if field is not None and len(error["loc"]) == 1:
+                problem += f" (expected {_expected(field)})"
+        problems.append(problem)
+    return f"Invalid configuration in {source}: " + "; ".join(problems)
+
+
+# --- loading ---------------------------------------------------------------------------------------
+
+
+def _read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    location = os.fspath(path)
+    try:
+        with open(location, "rb") as handle:
+            values = tomllib.load(handle)
+    except FileNotFoundError:
+        raise InvalidConfiguration(
+            f"Configuration file not found: {location!r}; pass an existing TOML file or path=None "
+            "for the built-in defaults",
+            path=location,
+        ) from None
+    except OSError as exc:
+        raise InvalidConfiguration(
+            f"Cannot read configuration file {location!r}: {exc}", path=location
+        ) from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidConfiguration(
+            f"Configuration file {location!r} is not valid TOML: {exc}", path=location
+        ) from exc
+    tables = sorted(key for key, value in values.items() if isinstance(value, dict))
+    if tables:
+        raise InvalidConfiguration(
+            f"Invalid configuration in {location}: TOML tables are not supported ({', '.join(tables)}); "
+            "write each setting as a flat top-level key, e.g. maxMessageSize = 5242880",
+            path=location,
+        )
+    return values
+
+
+def _normalise_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Key overrides by alias so they merge with file values (which use aliases)."""
+    index = _field_index(BrokerConfig)
+    normalised: dict[str, Any] = {}
+    for key, value in overrides.items():
+        public = index[key][0] if key in index else key
+        if public in normalised:
+            raise InvalidConfiguration(
+                f"Invalid configuration in keyword overrides: {public!r} is given twice (by its "
+                "Python name and its Pulsar name); pass it once",
+                key=public,
+            )
+        normalised[public] = value
+    return normalised
+
+
+def load_broker_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> BrokerConfig:
+    """Load broker settings: built-in defaults < the TOML file at ``path`` < ``overrides``.
+
+    Args:
+        path: a flat TOML file of Pulsar-named settings (like ``conf/broker.toml``); ``None`` means
+            the built-in defaults only.
+        **overrides: settings by Python name (``max_message_size``) or Pulsar name (``maxMessageSize``).
+
+    Returns:
+        The validated, frozen settings.
+
+    Raises:
+        InvalidConfiguration: the file is missing or malformed, or a setting is unknown or invalid.
+    """
+    file_values: dict[str, Any] = {}
+    location: str | None = None
+    config = BrokerConfig()
+    if path is not None:
+        location = os.fspath(path)
+        file_values = _read_toml(location)
+        config = _validate(file_values, source=location, path=location)
+    if not overrides:
+        return config
+    # The file was valid on its own, so any error from here on is caused by the overrides.
+    merged = {**file_values, **_normalise_overrides(overrides)}
+    where = "keyword overrides" + (f" (on top of {location})" if location is not None else "")
+    return _validate(merged, source=where, path=location)
+
+
+def _validate(values: Mapping[str, Any], *, source: str, path: str | None) -> BrokerConfig:
+    try:
+        return BrokerConfig.model_validate(values)
+    except ValidationError as exc:
+        keys = [str(error["loc"][0]) for error in exc.errors() if error["loc"]]
+        message = validation_error_message(exc, source=source, model=BrokerConfig)
+        raise InvalidConfiguration(message, path=path, keys=keys) from exc
+
+
+__all__ = [
+    "BrokerConfig",
+    "load_broker_config",
+    "validation_error_message",
+]

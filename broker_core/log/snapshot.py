@@ -1,0 +1,203 @@
+"""The state of an internal topic at one log version, built by replaying actions.
+
+A ``Snapshot`` is treated as immutable once published: ``apply`` returns a new snapshot that
+shares unchanged containers, so readers on other threads never see a half-applied commit.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from broker_core.errors import LogCorrupted
+from broker_core.log.actions import Action, Add, Metadata, Protocol, Remove, Txn
+from broker_core.log.segment_ref import TAG_BASE_OFFSET, SegmentRef
+
+# Reserved txn app ids.  Producer names may not start with "pubsub." so they never collide.
+TXN_NEXT_OFFSET = "pubsub.nextOffset"
+TXN_NEXT_ENTRY_ID = "pubsub.nextEntryId"
+TXN_PRODUCER_EPOCH = "pubsub.producerEpoch"
+RESERVED_TXN_PREFIX = "pubsub."
+
+LEDGER_ID_KEY = "pubsub.ledgerId"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Live segments, dedup state and metadata of an internal topic at ``version``."""
+
+    version: int
+    protocol: Protocol
+    metadata: Metadata
+    segments: tuple[SegmentRef, ...] = ()
+    txns: dict[str, Txn] = field(default_factory=dict)
+    tombstones: dict[str, Remove] = field(default_factory=dict)
+    next_offset: int = 0
+    next_entry_id: int = 0
+    _base_offsets: list[int] = field(default_factory=list)
+
+    # -- queries ------------------------------------------------------------------------------------
+
+    @property
+    def ledger_id(self) -> int:
+        return int(self.metadata.configuration.get(LEDGER_ID_KEY, "0"))
+
+    @property
+    def first_offset(self) -> int:
+        """The lowest offset still readable (``next_offset`` when the topic is empty)."""
+        return self.segments[0].base_offset if self.segments else self.next_offset
+
+    @property
+    def producer_epoch(self) -> int:
+        txn = self.txns.get(TXN_PRODUCER_EPOCH)
+        return txn.version if txn else 0
+
+    def txn_version(self, app_id: str) -> int | None:
+        txn = self.txns.get(app_id)
+        return None if txn is None else txn.version
+
+    def segment_index_for(self, offset: int) -> int:
+        """Index of the segment holding ``offset``, or of the first one after it (len if none)."""
+        i = bisect.bisect_right(self._base_offsets, offset) - 1
+        if i >= 0 and offset < self.segments[i].end_offset:
+            return i
+        return i + 1
+
+    def segment_for_entry(self, entry_id: int) -> SegmentRef | None:
+        """The live segment holding an entry id, if any (segments are ordered by entry id too)."""
+        lo, hi = 0, len(self.segments)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            seg = self.segments[mid]
+            if entry_id < seg.base_entry_id:
+                hi = mid
+            elif entry_id >= seg.end_entry_id:
+                lo = mid + 1
+            else:
+                return seg
+        return None
+
+    # -- replay -------------------------------------------------------------------------------------
+
+    def apply(self, version: int, actions: list[Action]) -> Snapshot:
+        """Return the snapshot after the commit ``version`` holding ``actions``."""
+        if version != self.version + 1:
+            raise LogCorrupted(
+                f"log gap: snapshot at version {self.version} cannot apply version {version}", version=version
+            )
+        protocol, metadata = self.protocol, self.metadata
+        txns = self.txns
+        tombstones = self.tombstones
+        added: list[SegmentRef] = []
+        removed: set[str] = set()
+        for action in actions:
+            if isinstance(action, Add):
+                added.append(_segment_from_add(action, version))
+            elif isinstance(action, Remove):
+                removed.add(action.path)
+                if tombstones is self.tombstones:
+                    tombstones = dict(tombstones)
+                tombstones[action.path] = action
+            elif isinstance(action, Txn):
+                if txns is self.txns:
+                    txns = dict(txns)
+                txns[action.app_id] = action
+            elif isinstance(action, Metadata):
+                metadata = action
+            elif isinstance(action, Protocol):
+                protocol = action
+        segments = self.segments
+        base_offsets: list[int] | None = None
+        if added and any(a.path in tombstones for a in added):
+            readded = {a.path for a in added}
+            tombstones = {k: v for k, v in tombstones.items() if k not in readded}
+        if removed:
+            segments = tuple(s for s in segments if s.path not in removed)
+        if added:
+            added.sort(key=lambda s: s.base_offset)
+            if not removed and (not segments or added[0].base_offset >= segments[-1].end_offset):
+                # the common case, an append: O(1) work per commit apart from the copies
+                base_offsets = self._base_offsets + [a.base_offset for a in added]
+                segments = segments + tuple(added)
+            else:
+                segments = tuple(sorted(segments + tuple(added), key=lambda s: s.base_offset))
+        elif not removed:
+            base_offsets = self._base_offsets
+        return _build(version, protocol, metadata, segments, txns, tombstones, base_offsets)
+
+    @classmethod
+    def from_actions(cls, version: int, actions: list[Action]) -> Snapshot:
+        """Build a snapshot from a full list of actions (version 0 or a checkpoint's content)."""
+        protocol: Protocol | None = None
+        metadata: Metadata | None = None
+        segments: dict[str, SegmentRef] = {}
+        txns: dict[str, Txn] = {}
+        tombstones: dict[str, Remove] = {}
+        for action in actions:
+            if isinstance(action, Protocol):
+                protocol = action
+            elif isinstance(action, Metadata):
+                metadata = action
+            elif isinstance(action, Add):
+                segments[action.path] = _segment_from_add(action, version)
+                tombstones.pop(action.path, None)
+            elif isinstance(action, Remove):
+                segments.pop(action.path, None)
+                tombstones[action.path] = action
+            elif isinstance(action, Txn):
+                txns[action.app_id] = action
+        if protocol is None or metadata is None:
+            raise LogCorrupted(f"log version {version} has no protocol or metaData action", version=version)
+        ordered = tuple(sorted(segments.values(), key=lambda s: s.base_offset))
+        return _build(version, protocol, metadata, ordered, txns, tombstones)
+
+
+def _segment_from_add(action: Add, version: int) -> SegmentRef:
+    tags = action.tags or {}
+    if TAG_BASE_OFFSET not in tags:
+        raise LogCorrupted(
+            f"log version {version} adds {action.path!r} without pubsub tags: a foreign writer changed "
+            "this topic; only spark-pubsub may write to a topic's table",
+            version=version,
+        )
+    return SegmentRef.from_add(action.path, action.size, action.modification_time, tags)
+
+
+def _build(
+    version: int,
+    protocol: Protocol,
+    metadata: Metadata,
+    segments: tuple[SegmentRef, ...],
+    txns: dict[str, Txn],
+    tombstones: dict[str, Remove],
+    base_offsets: list[int] | None = None,
+) -> Snapshot:
+    next_offset = max(
+        segments[-1].end_offset if segments else 0,
+        txns[TXN_NEXT_OFFSET].version if TXN_NEXT_OFFSET in txns else 0,
+    )
+    next_entry = max(
+        max((s.end_entry_id for s in segments[-4:]), default=0),
+        txns[TXN_NEXT_ENTRY_ID].version if TXN_NEXT_ENTRY_ID in txns else 0,
+    )
+    return Snapshot(
+        version=version,
+        protocol=protocol,
+        metadata=metadata,
+        segments=segments,
+        txns=txns,
+        tombstones=tombstones,
+        next_offset=next_offset,
+        next_entry_id=next_entry,
+        _base_offsets=base_offsets if base_offsets is not None else [s.base_offset for s in segments],
+    )
+
+
+__all__ = [
+    "LEDGER_ID_KEY",
+    "RESERVED_TXN_PREFIX",
+    "TXN_NEXT_ENTRY_ID",
+    "TXN_NEXT_OFFSET",
+    "TXN_PRODUCER_EPOCH",
+    "Snapshot",
+]

@@ -1,0 +1,200 @@
+"""The transaction log of one internal topic: load, poll and commit.
+
+Commits are ``_delta_log/<20-digit version>.json`` files created with put-if-absent.  A writer that
+loses the race for version v+1 applies the winner's commit to its snapshot, calls its ``build``
+function again against the new state (so dedup, fencing and offsets are re-validated) and tries
+v+2.  Nothing is ever overwritten.
+
+Polling for new data is a read attempt of the next version's file, never a directory listing, and
+opening replays at most ``checkpoint_interval`` commits after the newest checkpoint, so neither gets
+slower as the log grows (``docs/PROTOCOL.md``).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker_core.errors import CommitConflict, LogCorrupted, TopicNotFound
+from broker_core.log.actions import Action, CommitInfo, Metadata, Protocol, decode_actions, encode_actions
+from broker_core.log.checkpoint import LOG_DIR, read_checkpoint, read_last_checkpoint, write_checkpoint
+from broker_core.log.snapshot import Snapshot
+from broker_core.storage import FileIO
+
+ENGINE_INFO = "spark-pubsub/0.1"
+_CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
+_COMMIT_RE = re.compile(r"^(\d{20})\.json$")
+
+
+class NothingToCommit(Exception):
+    """Raised by a ``build`` function when, against the latest state, there is nothing to write."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    version: int
+    snapshot: Snapshot
+    attempts: int
+
+
+def commit_path(table_path: str, version: int) -> str:
+    return f"{table_path}/{LOG_DIR}/{version:020d}.json"
+
+
+class TransactionLog:
+    """Loads, polls and commits the Delta-style log of one table directory.
+
+    Args:
+        io: the storage.
+        table_path: the internal topic's directory, relative to the root.
+        checkpoint_interval: write a checkpoint every this many versions.
+        max_retries: attempts before a commit gives up with ``CommitConflict``.
+    """
+
+    def __init__(
+        self, io: FileIO, table_path: str, *, checkpoint_interval: int = 100, max_retries: int = 1000
+    ) -> None:
+        self.io = io
+        self.table_path = table_path
+        self.checkpoint_interval = checkpoint_interval
+        self.max_retries = max_retries
+        self._lock = threading.RLock()
+        self._snapshot: Snapshot | None = None
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self._snapshot is not None or self.io.exists(commit_path(self.table_path, 0))
+
+    def _read_version(self, version: int) -> list[Action] | None:
+        data = self.io.read_bytes(commit_path(self.table_path, version))
+        if data is None:
+            return None
+        return decode_actions(data, version=version)
+
+    def _load(self) -> Snapshot:
+        start = read_last_checkpoint(self.io, self.table_path)
+        snapshot = read_checkpoint(self.io, self.table_path, start) if start is not None else None
+        if snapshot is None:
+            snapshot = self._load_without_hint()
+        return self._replay_from(snapshot)
+
+    def _load_without_hint(self) -> Snapshot:
+        # Rare path (no or stale hint): list the log once to find the newest checkpoint.
+        names = self.io.list_dir(f"{self.table_path}/{LOG_DIR}")
+        checkpoints = sorted((int(m.group(1)) for n in names if (m := _CHECKPOINT_RE.match(n))), reverse=True)
+        for version in checkpoints:
+            snap = read_checkpoint(self.io, self.table_path, version)
+            if snap is not None:
+                return snap
+        first = self._read_version(0)
+        if first is None:
+            if any(_COMMIT_RE.match(n) for n in names):
+                raise LogCorrupted(
+                    f"the log of {self.table_path!r} has commits but neither version 0 nor a checkpoint",
+                    version=0,
+                )
+            raise TopicNotFound(f"no topic log at {self.table_path!r}", path=self.table_path)
+        return Snapshot.from_actions(0, first)
+
+    def _replay_from(self, snapshot: Snapshot) -> Snapshot:
+        replayed = 0
+        while True:
+            actions = self._read_version(snapshot.version + 1)
+            if actions is None:
+                break
+            snapshot = snapshot.apply(snapshot.version + 1, actions)
+            replayed += 1
+        self._snapshot = snapshot
+        if replayed > self.checkpoint_interval:
+            # a writer died before checkpointing: heal so the next opener replays little
+            write_checkpoint(self.io, self.table_path, snapshot)
+        return snapshot
+
+    def snapshot(self) -> Snapshot:
+        """The latest state (polls the next version files; loads on first use)."""
+        with self._lock:
+            if self._snapshot is None:
+                return self._load()
+            return self._replay_from(self._snapshot)
+
+    def cached_snapshot(self) -> Snapshot:
+        """The last known state without touching storage (loads on first use)."""
+        snap = self._snapshot
+        if snap is None:
+            return self.snapshot()
+        return snap
+
+    def has_newer_version(self) -> bool:
+        """A cheap poll: does the next version's commit exist?"""
+        snap = self._snapshot
+        if snap is None:
+            return self.exists()
+        return self.io.exists(commit_path(self.table_path, snap.version + 1))
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def create(self, metadata: Metadata, *, operation: str = "CREATE TABLE") -> bool:
+        """Write version 0 (protocol + metaData); return False if the table exists already."""
+        actions: list[Action] = [
+            Protocol(minReaderVersion=1, minWriterVersion=2),
+            metadata,
+            CommitInfo(timestamp=int(time.time() * 1000), operation=operation, engineInfo=ENGINE_INFO),
+        ]
+        return self.io.put_if_absent(commit_path(self.table_path, 0), encode_actions(actions))
+
+    def commit(
+        self,
+        build: Callable[[Snapshot], list[Action]],
+        *,
+        operation: str,
+        parameters: dict[str, object] | None = None,
+    ) -> CommitResult:
+        """Commit the actions ``build`` returns for the latest snapshot, retrying on conflicts.
+
+        ``build`` is called once per attempt with the snapshot the commit would follow; it may raise
+        ``NothingToCommit`` (propagated) or any error of its own (propagated, nothing written).
+        """
+        with self._lock:
+            snapshot = self.snapshot()
+            for attempt in range(1, self.max_retries + 1):
+                actions = build(snapshot)
+                info = CommitInfo(
+                    timestamp=int(time.time() * 1000),
+                    operation=operation,
+                    operationParameters=parameters or {},
+                    readVersion=snapshot.version,
+                    isBlindAppend=False,
+                    engineInfo=ENGINE_INFO,
+                )
+                version = snapshot.version + 1
+                payload = encode_actions([*actions, info])
+                if self.io.put_if_absent(commit_path(self.table_path, version), payload):
+                    snapshot = snapshot.apply(version, actions)
+                    self._snapshot = snapshot
+                    if version % self.checkpoint_interval == 0:
+                        write_checkpoint(self.io, self.table_path, snapshot)
+                    return CommitResult(version=version, snapshot=snapshot, attempts=attempt)
+                # lost the race: catch up and re-validate
+                snapshot = self._replay_from(snapshot)
+                if attempt > 8:
+                    time.sleep(random.uniform(0, min(0.05, 0.001 * attempt)))
+            raise CommitConflict(
+                f"gave up committing to {self.table_path!r} after {self.max_retries} conflicting attempts; "
+                "too many writers on one partition: add partitions or raise commitMaxRetries",
+                path=self.table_path,
+            )
+
+    def checkpoint(self) -> int:
+        """Write a checkpoint of the latest version now; return that version."""
+        with self._lock:
+            snapshot = self.snapshot()
+            write_checkpoint(self.io, self.table_path, snapshot)
+            return snapshot.version
+
+
+__all__ = ["CommitResult", "NothingToCommit", "TransactionLog", "commit_path"]

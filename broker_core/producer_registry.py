@@ -1,0 +1,110 @@
+"""Producer access modes across processes: registrations with leases, fencing by epoch.
+
+Each internal topic keeps a versioned registry ``<topic>/_producers/<v>.json`` of live producers
+(name, access mode, lease expiry).  A registration is refused or granted by one put-if-absent
+commit, so two processes can never both believe they hold a topic exclusively.
+
+Leases only decide who may *register*.  What stops a zombie (a producer whose lease expired while it
+was paused) from writing is the topic's producer epoch in the log: every exclusive acquisition bumps
+it, every data commit of a producer is validated against the epoch it registered under, and a
+mismatch fails with ``ProducerFenced`` (``docs/PROTOCOL.md``).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from broker_core.errors import ProducerBusy, ProducerFenced
+from broker_core.state_store import VersionedState
+from broker_core.storage import FileIO
+
+
+class ProducerAccessMode(enum.IntEnum):
+    """The official client's producer access modes."""
+
+    Shared = 0
+    Exclusive = 1
+    WaitForExclusive = 2
+    ExclusiveWithFencing = 3
+
+
+def _live(doc: dict[str, Any] | None, now_ms: int) -> dict[str, dict[str, Any]]:
+    producers = (doc or {}).get("producers", {})
+    return {name: p for name, p in producers.items() if p["leaseExpiresMs"] > now_ms}
+
+
+class ProducerRegistry:
+    """The registry of one internal topic."""
+
+    def __init__(self, io: FileIO, topic_path: str) -> None:
+        self.state = VersionedState(io, f"{topic_path}/_producers")
+        self.topic_path = topic_path
+
+    def register(self, name: str, mode: ProducerAccessMode, *, now_ms: int, lease_ms: int) -> None:
+        """Register ``name`` under ``mode``.
+
+        Raises:
+            ProducerBusy: the mode's rule refuses the registration right now (WaitForExclusive
+                callers retry until it succeeds).
+        """
+        exclusive = mode != ProducerAccessMode.Shared
+
+        def fn(doc: dict[str, Any] | None) -> dict[str, Any]:
+            live = _live(doc, now_ms)
+            others = {n: p for n, p in live.items() if n != name}
+            if name in live:
+                raise ProducerBusy(
+                    f"a producer named {name!r} is already connected to {self.topic_path!r}; "
+                    "producer names must be unique per topic",
+                    topic=self.topic_path,
+                )
+            if mode == ProducerAccessMode.ExclusiveWithFencing:
+                others = {}
+            elif exclusive and others:
+                raise ProducerBusy(
+                    f"cannot take {self.topic_path!r} exclusively: producers {sorted(others)} are connected",
+                    topic=self.topic_path,
+                )
+            elif any(p["mode"] != ProducerAccessMode.Shared.name for p in others.values()):
+                holder = next(n for n, p in others.items() if p["mode"] != ProducerAccessMode.Shared.name)
+                raise ProducerBusy(
+                    f"{self.topic_path!r} is held by exclusive producer {holder!r}", topic=self.topic_path
+                )
+            others[name] = {"mode": mode.name, "leaseExpiresMs": now_ms + lease_ms}
+            return {"producers": others}
+
+        self.state.update(fn)
+
+    def renew(self, name: str, *, now_ms: int, lease_ms: int) -> None:
+        """Extend the lease; ``ProducerFenced`` if the registration was taken away."""
+
+        def fn(doc: dict[str, Any] | None) -> dict[str, Any]:
+            producers = dict((doc or {}).get("producers", {}))
+            if name not in producers:
+                raise ProducerFenced(
+                    f"producer {name!r} lost its registration on {self.topic_path!r} "
+                    "(fenced by an exclusive producer, or its lease expired and another took over)",
+                    topic=self.topic_path,
+                )
+            producers[name] = {**producers[name], "leaseExpiresMs": now_ms + lease_ms}
+            return {"producers": producers}
+
+        self.state.update(fn)
+
+    def unregister(self, name: str) -> None:
+        def fn(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+            producers = dict((doc or {}).get("producers", {}))
+            if name not in producers:
+                return None
+            del producers[name]
+            return {"producers": producers}
+
+        self.state.update(fn)
+
+    def live_producers(self, *, now_ms: int) -> dict[str, str]:
+        """Live producer names and their access modes."""
+        return {n: p["mode"] for n, p in _live(self.state.latest()[1], now_ms).items()}
+
+
+__all__ = ["ProducerAccessMode", "ProducerRegistry"]

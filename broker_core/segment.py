@@ -1,0 +1,130 @@
+"""The Arrow schema of a segment file and the Parquet encoding of segments.
+
+A segment is one Parquet file holding consecutive messages of one internal topic.  Its columns are
+fixed (DESIGN.md section 4); the message's offset is *not* stored in the file: it is the segment's
+base offset (assigned at commit time, kept in the log's ``add.tags``) plus the row index, so a
+file never needs rewriting after a lost commit race.
+
+Compression is the file's Parquet codec; readers learn it from the file itself.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+SEGMENT_SCHEMA = pa.schema(
+    [
+        pa.field("value", pa.binary()),  # null = tombstone, distinct from b""
+        pa.field("key", pa.string()),  # partition key
+        pa.field("ordering_key", pa.binary()),
+        pa.field("sticky_key_hash", pa.int32(), nullable=False),  # 31-bit murmur3 (Key_Shared)
+        pa.field("properties", pa.map_(pa.string(), pa.string())),
+        pa.field("producer_name", pa.string()),
+        pa.field("sequence_id", pa.int64()),
+        pa.field("publish_time", TIMESTAMP, nullable=False),
+        pa.field("event_time", TIMESTAMP),
+        pa.field("deliver_at", TIMESTAMP),
+        pa.field("schema_version", pa.binary()),
+        pa.field("chunk_uuid", pa.string()),
+        pa.field("chunk_id", pa.int32()),
+        pa.field("num_chunks", pa.int32()),
+        pa.field("chunk_total_size_bytes", pa.int64()),
+    ]
+)
+"""Columns of every segment file, in order."""
+
+
+class CompressionType(enum.IntEnum):
+    """The official client's compression names; each maps to a Parquet codec."""
+
+    NONE = 0
+    LZ4 = 1
+    ZLib = 2
+    ZSTD = 3
+    SNAPPY = 4
+
+
+_PARQUET_CODEC = {
+    CompressionType.NONE: "none",
+    CompressionType.LZ4: "lz4",
+    CompressionType.ZLib: "gzip",
+    CompressionType.ZSTD: "zstd",
+    CompressionType.SNAPPY: "snappy",
+}
+
+
+def parquet_codec(compression: CompressionType) -> str:
+    """The pyarrow Parquet codec name for a compression type."""
+    return _PARQUET_CODEC[CompressionType(compression)]
+
+
+def _delta_type(arrow_type: pa.DataType) -> object:
+    if pa.types.is_binary(arrow_type):
+        return "binary"
+    if pa.types.is_string(arrow_type):
+        return "string"
+    if pa.types.is_int32(arrow_type):
+        return "integer"
+    if pa.types.is_int64(arrow_type):
+        return "long"
+    if pa.types.is_timestamp(arrow_type):
+        return "timestamp"
+    if pa.types.is_map(arrow_type):
+        return {
+            "type": "map",
+            "keyType": _delta_type(arrow_type.key_type),
+            "valueType": _delta_type(arrow_type.item_type),
+            "valueContainsNull": True,
+        }
+    raise TypeError(f"no Delta type for {arrow_type}")
+
+
+def delta_schema_string(schema: pa.Schema = SEGMENT_SCHEMA) -> str:
+    """The ``metaData.schemaString`` (Delta StructType JSON) of the segment schema."""
+    fields = [
+        {"name": f.name, "type": _delta_type(f.type), "nullable": f.nullable, "metadata": {}} for f in schema
+    ]
+    return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
+
+
+def encode_segment(table: pa.Table, *, compression: CompressionType = CompressionType.NONE) -> bytes:
+    """Encode a table that already has ``SEGMENT_SCHEMA`` as Parquet bytes.
+
+    One row group per ~1M rows keeps reads streaming while small segments stay one group.
+    """
+    sink = pa.BufferOutputStream()
+    pq.write_table(
+        table,
+        sink,
+        compression=parquet_codec(compression),
+        row_group_size=1 << 20,
+        write_statistics=["publish_time", "sequence_id", "sticky_key_hash"],
+        store_schema=False,
+    )
+    return sink.getvalue().to_pybytes()
+
+
+def decode_segment(source: pa.NativeFile, columns: list[str] | None = None) -> pa.Table:
+    """Read a segment back with exactly ``SEGMENT_SCHEMA`` types (or the chosen columns)."""
+    table = pq.read_table(source, columns=columns, use_threads=True)
+    target = SEGMENT_SCHEMA if columns is None else pa.schema([SEGMENT_SCHEMA.field(c) for c in columns])
+    if table.schema != target:
+        table = table.cast(target)
+    return table
+
+
+__all__ = [
+    "SEGMENT_SCHEMA",
+    "TIMESTAMP",
+    "CompressionType",
+    "decode_segment",
+    "delta_schema_string",
+    "encode_segment",
+    "parquet_codec",
+]

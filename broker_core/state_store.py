@@ -1,0 +1,118 @@
+"""Small versioned JSON state committed with put-if-absent (registries, metadata, cursors).
+
+Each version is a complete document ``<dir>/<20-digit version>.json``; an update reads the latest,
+computes the next document and creates the next version, retrying on a lost race, exactly like a
+log commit.  Old versions are deleted in ascending order, keeping the newest ``keep_versions``,
+which lets a poller detect that its cached version was cleaned up: if version v+1 is missing *and*
+v is gone too, it lists the directory once to find the latest.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from broker_core.errors import CommitConflict, LogCorrupted
+from broker_core.storage import FileIO
+
+_VERSION_RE = re.compile(r"^(\d{20})\.json$")
+
+Document = dict[str, Any]
+
+
+class VersionedState:
+    """A versioned JSON document in a directory.
+
+    Args:
+        io: the storage.
+        directory: the state's directory, relative to the root.
+        keep_versions: how many newest versions survive cleanup.
+    """
+
+    def __init__(self, io: FileIO, directory: str, *, keep_versions: int = 20, max_retries: int = 1000) -> None:
+        self.io = io
+        self.directory = directory
+        self.keep_versions = keep_versions
+        self.max_retries = max_retries
+        self._lock = threading.RLock()
+        self._version = -1
+        self._doc: Document | None = None
+
+    def _path(self, version: int) -> str:
+        return f"{self.directory}/{version:020d}.json"
+
+    def _read(self, version: int) -> Document | None:
+        data = self.io.read_bytes(self._path(version))
+        if data is None:
+            return None
+        try:
+            doc = json.loads(data)
+        except ValueError as exc:
+            raise LogCorrupted(f"state file {self._path(version)!r} is not JSON: {exc}", version=version) from exc
+        if not isinstance(doc, dict):
+            raise LogCorrupted(f"state file {self._path(version)!r} is not a JSON object", version=version)
+        return doc
+
+    def _relist(self) -> None:
+        versions = sorted(int(m.group(1)) for n in self.io.list_dir(self.directory) if (m := _VERSION_RE.match(n)))
+        for version in reversed(versions):
+            doc = self._read(version)
+            if doc is not None:
+                self._version, self._doc = version, doc
+                return
+        self._version, self._doc = -1, None
+
+    def latest(self) -> tuple[int, Document | None]:
+        """The newest version and document (-1, None when nothing was ever written)."""
+        with self._lock:
+            if self._version < 0:
+                self._relist()
+            while True:
+                nxt = self._read(self._version + 1)
+                if nxt is not None:
+                    self._version, self._doc = self._version + 1, nxt
+                    continue
+                if self._version >= 0 and not self.io.exists(self._path(self._version)):
+                    self._relist()  # our cached version was cleaned up: find the newest again
+                    continue
+                return self._version, self._doc
+
+    def update(self, fn: Callable[[Document | None], Document | None]) -> tuple[int, Document | None]:
+        """Commit ``fn(latest)`` as the next version; ``fn`` returning None means no change.
+
+        ``fn`` is re-run against the winner's document after a lost race, so it must be pure.
+        """
+        with self._lock:
+            for attempt in range(1, self.max_retries + 1):
+                version, doc = self.latest()
+                new_doc = fn(None if doc is None else json.loads(json.dumps(doc)))
+                if new_doc is None:
+                    return version, doc
+                data = json.dumps(new_doc, separators=(",", ":"), sort_keys=True).encode()
+                if self.io.put_if_absent(self._path(version + 1), data):
+                    self._version, self._doc = version + 1, new_doc
+                    if (version + 1) % self.keep_versions == 0:
+                        self._cleanup(version + 1)
+                    return self._version, new_doc
+                if attempt > 8:
+                    time.sleep(random.uniform(0, min(0.05, 0.001 * attempt)))
+            raise CommitConflict(
+                f"gave up updating {self.directory!r} after {self.max_retries} conflicting attempts",
+                path=self.directory,
+            )
+
+    def _cleanup(self, newest: int) -> None:
+        cutoff = newest - self.keep_versions
+        versions = sorted(int(m.group(1)) for n in self.io.list_dir(self.directory) if (m := _VERSION_RE.match(n)))
+        for version in versions:  # ascending: see the module docstring
+            if version >= cutoff:
+                break
+            self.io.delete(self._path(version))
+
+
+__all__ = ["Document", "VersionedState"]

@@ -1,0 +1,293 @@
+"""The one file-IO seam between the broker and storage.
+
+Everything the library persists goes through a ``FileIO``: the transaction log, segment files,
+cursor and registry state.  The interface is deliberately small so that an object-store
+implementation (conditional put for ``put_if_absent``) can follow the local one.
+
+Paths are POSIX-style strings relative to the storage root; they are built only from names that
+``broker_core.naming`` has validated, so they never escape the root.
+
+Durability rules (see ``docs/PROTOCOL.md``):
+- ``put_if_absent`` is the commit primitive: the file appears complete or not at all, and an
+  existing file is never replaced.  Locally: temp file, fsync, hard link to the final name (which
+  fails if the name exists), unlink the temp file.  ``os.rename`` would silently overwrite.
+- ``write_new`` writes a file under a fresh unique name that nothing references yet (a segment);
+  it is fsynced before the call returns, so a commit that references it never points at garbage.
+- ``replace`` atomically overwrites a *hint* (``_last_checkpoint``); readers must tolerate a stale
+  or missing hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+from pyarrow import fs as pafs
+
+from broker_core.errors import BrokerPersistenceError, InvalidUrl
+
+
+@dataclass(frozen=True, slots=True)
+class FileStatus:
+    """What ``stat`` tells about a file."""
+
+    path: str
+    size_bytes: int
+    mtime_ms: int
+
+
+class FileIO(Protocol):
+    """Storage operations the broker needs; paths are relative to the root."""
+
+    @property
+    def root_uri(self) -> str:
+        """A URI naming the storage root (``file:///abs/path``)."""
+        ...
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """Return the file's bytes, or ``None`` if it does not exist."""
+        ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def stat(self, path: str) -> FileStatus | None: ...
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Create ``path`` with ``data`` atomically; return False if it exists already."""
+        ...
+
+    def write_new(self, path: str, data: bytes) -> None:
+        """Write a fresh file nobody references yet (durable before returning)."""
+        ...
+
+    def replace(self, path: str, data: bytes) -> None:
+        """Atomically overwrite a hint file."""
+        ...
+
+    def list_dir(self, path: str) -> list[str]:
+        """Names (not paths) directly inside ``path``; empty if it does not exist."""
+        ...
+
+    def delete(self, path: str) -> bool:
+        """Delete a file; return False if it was already gone."""
+        ...
+
+    def open_input(self, path: str) -> pa.NativeFile:
+        """Open a file for random-access reading (Parquet)."""
+        ...
+
+    def abs_path(self, path: str) -> str:
+        """The path as the underlying filesystem names it (for pyarrow and Delta readers)."""
+        ...
+
+
+class LocalFileIO:
+    """``FileIO`` over a local (or mounted shared) folder.
+
+    Args:
+        root: absolute or relative folder; created if missing.
+        fsync: fsync files and directories on writes (turn off only for throwaway data).
+    """
+
+    def __init__(self, root: str, *, fsync: bool = True) -> None:
+        self._root = os.path.abspath(root)
+        self._fsync = fsync
+        self._fs = pafs.LocalFileSystem()
+        try:
+            os.makedirs(self._root, exist_ok=True)
+        except OSError as exc:
+            raise BrokerPersistenceError(
+                f"cannot create or open the storage root {self._root!r}: {exc.strerror}; "
+                "check the path and its permissions",
+                root=self._root,
+            ) from exc
+        if not os.access(self._root, os.W_OK | os.X_OK):
+            raise BrokerPersistenceError(
+                f"the storage root {self._root!r} is not writable; fix its permissions or pick another root",
+                root=self._root,
+            )
+
+    @property
+    def root(self) -> str:
+        return self._root
+
+    @property
+    def root_uri(self) -> str:
+        return "file://" + self._root
+
+    def abs_path(self, path: str) -> str:
+        return os.path.join(self._root, path)
+
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            with open(self.abs_path(path), "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._error("read", path, exc) from exc
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self.abs_path(path))
+
+    def stat(self, path: str) -> FileStatus | None:
+        try:
+            st = os.stat(self.abs_path(path))
+        except FileNotFoundError:
+            return None
+        return FileStatus(path=path, size_bytes=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000)
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        final = self.abs_path(path)
+        directory = os.path.dirname(final)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
+        try:
+            self._write_file(tmp, data)
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                return False
+            if self._fsync:
+                self._fsync_dir(directory)
+            return True
+        except OSError as exc:
+            raise self._error("commit", path, exc) from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def write_new(self, path: str, data: bytes) -> None:
+        final = self.abs_path(path)
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        try:
+            fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError as exc:
+            raise BrokerPersistenceError(
+                f"refusing to overwrite existing file {path!r}; segment names must be unique", path=path
+            ) from exc
+        try:
+            self._write_all(fd, data)
+        except OSError as exc:
+            raise self._error("write", path, exc) from exc
+        finally:
+            os.close(fd)
+
+    def replace(self, path: str, data: bytes) -> None:
+        final = self.abs_path(path)
+        directory = os.path.dirname(final)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
+        try:
+            self._write_file(tmp, data)
+            os.replace(tmp, final)
+        except OSError as exc:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise self._error("replace", path, exc) from exc
+
+    def list_dir(self, path: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self.abs_path(path)))
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            return []
+
+    def delete(self, path: str) -> bool:
+        try:
+            os.unlink(self.abs_path(path))
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise self._error("delete", path, exc) from exc
+
+    def open_input(self, path: str) -> pa.NativeFile:
+        try:
+            return pa.memory_map(self.abs_path(path), "r")
+        except FileNotFoundError as exc:
+            raise BrokerPersistenceError(
+                f"segment file {path!r} is missing under {self._root!r}; it was deleted outside the library",
+                path=path,
+            ) from exc
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _write_file(self, target: str, data: bytes) -> None:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            self._write_all(fd, data)
+        finally:
+            os.close(fd)
+
+    def _write_all(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        if self._fsync:
+            os.fsync(fd)
+
+    @staticmethod
+    def _fsync_dir(directory: str) -> None:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        except OSError as exc:  # some filesystems refuse fsync on directories
+            if exc.errno not in (errno.EINVAL, errno.EBADF):
+                raise
+        finally:
+            os.close(fd)
+
+    def _error(self, what: str, path: str, exc: OSError) -> BrokerPersistenceError:
+        return BrokerPersistenceError(
+            f"storage {what} failed for {path!r} under {self._root!r}: {exc.strerror or exc}",
+            path=path,
+        )
+
+
+_PULSAR_SCHEMES = ("pulsar", "pulsar+ssl", "http", "https", "pulsar+http", "pulsar+https")
+
+
+def file_io_for(service_url: str, *, fsync: bool = True) -> LocalFileIO:
+    """Return the ``FileIO`` for a service URL: a local path or a ``file://`` URL.
+
+    Raises:
+        InvalidUrl: for pulsar-style or other URLs that do not name a storage root we understand.
+    """
+    if not isinstance(service_url, str) or not service_url.strip():
+        raise InvalidUrl(
+            f"service_url must be a non-empty string naming a storage root, got {service_url!r}; "
+            "pass a folder path or a file:// URL"
+        )
+    if service_url != service_url.strip():
+        raise InvalidUrl(f"service_url {service_url!r} has leading or trailing whitespace; remove it")
+    parsed = urlparse(service_url)
+    scheme = parsed.scheme.lower()
+    if scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise InvalidUrl(
+                f"file URL {service_url!r} names host {parsed.netloc!r}; use file:///absolute/path"
+            )
+        return LocalFileIO(unquote(parsed.path), fsync=fsync)
+    if scheme == "" or (len(scheme) == 1 and os.name == "nt"):
+        return LocalFileIO(service_url, fsync=fsync)
+    if scheme in _PULSAR_SCHEMES:
+        raise InvalidUrl(
+            f"service_url {service_url!r} names a Pulsar broker, but spark-pubsub has no broker: "
+            "pass the storage root instead (a folder path or file:///path)"
+        )
+    raise InvalidUrl(
+        f"service_url {service_url!r} uses the unsupported scheme {scheme!r}; "
+        "pass a folder path or a file:// URL (object stores are not supported yet)"
+    )
+
+
+__all__ = ["FileIO", "FileStatus", "LocalFileIO", "file_io_for"]

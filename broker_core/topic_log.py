@@ -1,0 +1,430 @@
+"""One internal topic: append messages atomically, read them by offset, map ids and times.
+
+This is the storage core every caller (client, Spark connector, jobs) goes through.  An append
+writes one segment file under a fresh name, then commits an ``add`` whose tags carry the base
+offset and entry layout, together with ``txn`` actions for deduplication and the offset
+high-water marks.  A lost race re-validates against the winner's state: offsets move, and rows that
+became duplicates are filtered out by rewriting the (still invisible) segment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from broker_core.errors import ProducerFenced
+from broker_core.log.actions import Action, Add, Metadata, Txn
+from broker_core.log.segment_ref import SegmentRef, layout_messages, normalise_layout
+from broker_core.log.snapshot import (
+    LEDGER_ID_KEY,
+    TXN_NEXT_ENTRY_ID,
+    TXN_NEXT_OFFSET,
+    TXN_PRODUCER_EPOCH,
+    Snapshot,
+)
+from broker_core.log.transaction_log import NothingToCommit, TransactionLog
+from broker_core.message_id import MessageId
+from broker_core.segment import SEGMENT_SCHEMA, CompressionType, decode_segment, delta_schema_string, encode_segment
+from broker_core.storage import FileIO
+
+_SEGMENT_CACHE_ENTRIES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an append landed.
+
+    ``kept`` marks, per input row, whether it was written (False: dropped as a duplicate).  Row i of
+    the input that was kept is offset ``segment.base_offset + rank`` where rank counts kept rows.
+    """
+
+    version: int | None
+    segment: SegmentRef | None
+    kept: np.ndarray
+    skipped_by_txn: bool = False
+
+    @property
+    def num_written(self) -> int:
+        return int(self.kept.sum())
+
+
+class _Rewrite(Exception):
+    def __init__(self, keep: np.ndarray) -> None:
+        super().__init__("rewrite")
+        self.keep = keep
+
+
+def filter_layout(layout: list[int], keep: np.ndarray) -> list[int]:
+    """The entry layout of the kept rows of a segment (dropped rows leave their entries)."""
+    out: list[int] = []
+    pos = 0
+    for part in layout:
+        size = abs(part)
+        kept = int(keep[pos : pos + size].sum())
+        pos += size
+        if kept:
+            out.append(kept if part > 0 else -kept)
+    return normalise_layout(out)
+
+
+def dedup_keep_mask(table: pa.Table, snapshot: Snapshot) -> np.ndarray:
+    """Rows to keep: a row is a duplicate if its sequence id is not above the highest one seen.
+
+    "Seen" is the producer's ``txn`` version in the log, raised by earlier rows of the same producer
+    in this table (so a retried batch and repeats inside one batch are both dropped).
+    """
+    n = table.num_rows
+    keep = np.ones(n, dtype=bool)
+    producers = table.column("producer_name")
+    seq_column = table.column("sequence_id")
+    if producers.null_count == n or seq_column.null_count == n:
+        return keep
+    has_seq = seq_column.is_valid().to_numpy(zero_copy_only=False)
+    seqs = seq_column.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    encoded = pc.dictionary_encode(producers).combine_chunks()
+    names = encoded.dictionary.to_pylist()
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    for code, name in enumerate(names):
+        rows = np.nonzero((codes == code) & has_seq)[0]
+        last = snapshot.txn_version(name)
+        floor = -1 if last is None else last
+        group = seqs[rows]
+        prior_max = np.maximum.accumulate(np.concatenate(([floor], group)))[:-1]
+        keep[rows] = group > prior_max
+    return _chunks_follow_head(table, keep)
+
+
+def _chunks_follow_head(table: pa.Table, keep: np.ndarray) -> np.ndarray:
+    """Continuation chunks (chunk id > 0) share their message's sequence id: they are kept exactly
+    when the message's first chunk (the nearest preceding chunk-0 row) is kept."""
+    chunk_ids = table.column("chunk_id")
+    if chunk_ids.null_count == table.num_rows:
+        return keep
+    ids = chunk_ids.fill_null(0).to_numpy(zero_copy_only=False)
+    heads = np.where(ids == 0, np.arange(len(ids)), 0)
+    head_of = np.maximum.accumulate(heads)
+    return keep[head_of]
+
+
+class TopicLog:
+    """An internal topic (one partition, or a non-partitioned topic) on storage.
+
+    Args:
+        io: the storage.
+        path: the topic's directory relative to the root.
+        checkpoint_interval, max_retries: see ``TransactionLog``.
+    """
+
+    def __init__(self, io: FileIO, path: str, *, checkpoint_interval: int = 100, max_retries: int = 1000) -> None:
+        self.io = io
+        self.path = path
+        self.log = TransactionLog(io, path, checkpoint_interval=checkpoint_interval, max_retries=max_retries)
+        self._waiters: set[threading.Event] = set()
+        self._waiters_lock = threading.Lock()
+        self._cache: OrderedDict[str, pa.Table] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self.log.exists()
+
+    def create(self, *, name: str, properties: dict[str, str] | None = None) -> bool:
+        """Create the topic's log (version 0); False if it exists already."""
+        created_ms = int(time.time() * 1000)
+        configuration = {LEDGER_ID_KEY: str(created_ms), "pubsub.formatVersion": "1"}
+        configuration.update(properties or {})
+        metadata = Metadata(
+            id=str(uuid.uuid4()),
+            name=name,
+            schemaString=delta_schema_string(),
+            configuration=configuration,
+            createdTime=created_ms,
+        )
+        return self.log.create(metadata)
+
+    def snapshot(self) -> Snapshot:
+        return self.log.snapshot()
+
+    def add_waiter(self, event: threading.Event) -> None:
+        """Have ``event`` set whenever this process commits to the topic (in-process push)."""
+        with self._waiters_lock:
+            self._waiters.add(event)
+
+    def remove_waiter(self, event: threading.Event) -> None:
+        with self._waiters_lock:
+            self._waiters.discard(event)
+
+    def notify(self) -> None:
+        with self._waiters_lock:
+            waiters = list(self._waiters)
+        for event in waiters:
+            event.set()
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def append(
+        self,
+        table: pa.Table,
+        *,
+        layout: list[int],
+        compression: CompressionType = CompressionType.NONE,
+        dedup: bool = False,
+        producer_epoch: int | None = None,
+        txn: tuple[str, int] | None = None,
+        operation: str = "WRITE",
+    ) -> AppendResult:
+        """Append ``table`` (``SEGMENT_SCHEMA``) as consecutive messages in one commit.
+
+        Args:
+            table: the messages, in order.
+            layout: entry layout of the rows (see ``segment_ref``); must cover every row.
+            compression: the segment's Parquet codec.
+            dedup: drop rows whose sequence id is not above their producer's highest one.
+            producer_epoch: fail with ``ProducerFenced`` unless the topic's producer epoch is this.
+            txn: ``(app_id, version)``: commit nothing if the log already holds that app id at this
+                version or later (idempotent batch writes), else record it with the data.
+        """
+        if layout_messages(layout) != table.num_rows:
+            raise ValueError(f"entry layout {layout} does not cover {table.num_rows} rows")
+        snapshot = self.log.snapshot()
+        keep = dedup_keep_mask(table, snapshot) if dedup else np.ones(table.num_rows, dtype=bool)
+        while True:
+            rows = table if keep.all() else table.filter(pa.array(keep))
+            kept_layout = filter_layout(layout, keep)
+            seg_path = None
+            size = 0
+            stats: tuple[int, int] = (0, 0)
+            if rows.num_rows:
+                seg_path = f"part-{uuid.uuid4().hex}{_suffix(compression)}.parquet"
+                data = encode_segment(rows, compression=compression)
+                size = len(data)
+                self.io.write_new(f"{self.path}/{seg_path}", data)
+                publish = pc.min_max(rows.column("publish_time").cast(pa.int64()))
+                stats = (publish["min"].as_py() // 1000, publish["max"].as_py() // 1000)
+            expected = keep
+            written: dict[str, SegmentRef] = {}
+
+            def build(snap: Snapshot) -> list[Action]:
+                if producer_epoch is not None and snap.producer_epoch != producer_epoch:
+                    raise ProducerFenced(
+                        f"producer fenced on {self.path!r}: the topic's producer epoch is "
+                        f"{snap.producer_epoch}, this producer holds {producer_epoch}; "
+                        "an exclusive producer took the topic over",
+                        topic=self.path,
+                    )
+                if txn is not None:
+                    prior = snap.txn_version(txn[0])
+                    if prior is not None and prior >= txn[1]:
+                        raise NothingToCommit(f"{txn[0]} already at {prior}")
+                if dedup and not np.array_equal(dedup_keep_mask(table, snap), expected):
+                    raise _Rewrite(dedup_keep_mask(table, snap))
+                if seg_path is None and txn is None:
+                    raise NothingToCommit("every row was a duplicate")
+                actions: list[Action] = []
+                now_ms = int(time.time() * 1000)
+                next_offset, next_entry = snap.next_offset, snap.next_entry_id
+                if seg_path is not None:
+                    seg = SegmentRef(
+                        path=seg_path,
+                        base_offset=snap.next_offset,
+                        num_records=rows.num_rows,
+                        base_entry_id=snap.next_entry_id,
+                        layout=kept_layout,
+                        size_bytes=size,
+                        min_publish_ms=stats[0],
+                        max_publish_ms=stats[1],
+                        modification_time_ms=now_ms,
+                    )
+                    written["seg"] = seg
+                    actions.append(
+                        Add(
+                            path=seg_path,
+                            size=size,
+                            modificationTime=now_ms,
+                            dataChange=True,
+                            stats=f'{{"numRecords":{rows.num_rows}}}',
+                            tags=seg.tags(),
+                        )
+                    )
+                    next_offset, next_entry = seg.end_offset, seg.end_entry_id
+                    if dedup:
+                        actions.extend(_producer_txns(rows, now_ms))
+                if txn is not None:
+                    actions.append(Txn(appId=txn[0], version=txn[1], lastUpdated=now_ms))
+                actions.append(Txn(appId=TXN_NEXT_OFFSET, version=next_offset, lastUpdated=now_ms))
+                actions.append(Txn(appId=TXN_NEXT_ENTRY_ID, version=next_entry, lastUpdated=now_ms))
+                return actions
+
+            try:
+                result = self.log.commit(build, operation=operation, parameters={"mode": "Append"})
+            except _Rewrite as rewrite:
+                self._discard(seg_path)
+                keep = rewrite.keep
+                continue
+            except NothingToCommit:
+                self._discard(seg_path)
+                return AppendResult(version=None, segment=None, kept=np.zeros(table.num_rows, dtype=bool),
+                                    skipped_by_txn=txn is not None)
+            except BaseException:
+                self._discard(seg_path)
+                raise
+            self.notify()
+            return AppendResult(version=result.version, segment=written.get("seg"), kept=keep)
+
+    def bump_producer_epoch(self) -> int:
+        """Fence every producer that holds the current epoch; return the new epoch."""
+
+        def build(snap: Snapshot) -> list[Action]:
+            return [Txn(appId=TXN_PRODUCER_EPOCH, version=snap.producer_epoch + 1,
+                        lastUpdated=int(time.time() * 1000))]
+
+        result = self.log.commit(build, operation="FENCE PRODUCERS")
+        self.notify()
+        return result.snapshot.producer_epoch
+
+    def _discard(self, seg_path: str | None) -> None:
+        if seg_path is not None:
+            with contextlib.suppress(Exception):
+                self.io.delete(f"{self.path}/{seg_path}")
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def segment_table(self, seg: SegmentRef) -> pa.Table:
+        """The decoded rows of a segment (small LRU cache: readers fetch a segment piecewise)."""
+        with self._cache_lock:
+            cached = self._cache.get(seg.path)
+            if cached is not None:
+                self._cache.move_to_end(seg.path)
+                return cached
+        table = decode_segment(self.io.open_input(f"{self.path}/{seg.path}"))
+        with self._cache_lock:
+            self._cache[seg.path] = table
+            while len(self._cache) > _SEGMENT_CACHE_ENTRIES:
+                self._cache.popitem(last=False)
+        return table
+
+    def read(self, start: int, end: int, *, snapshot: Snapshot | None = None) -> tuple[pa.Table, np.ndarray]:
+        """Messages with offsets in [start, end) that are still live, and their offsets.
+
+        Returns the rows (``SEGMENT_SCHEMA``) and an int64 array of their offsets; removed ranges
+        are simply absent (callers detect data loss by comparing with ``first_offset``).
+        """
+        snap = snapshot or self.log.cached_snapshot()
+        end = min(end, snap.next_offset)
+        pieces: list[pa.Table] = []
+        offsets: list[np.ndarray] = []
+        i = snap.segment_index_for(start)
+        while start < end and i < len(snap.segments):
+            seg = snap.segments[i]
+            if seg.base_offset >= end:
+                break
+            lo = max(start, seg.base_offset) - seg.base_offset
+            hi = min(end, seg.end_offset) - seg.base_offset
+            pieces.append(self.segment_table(seg).slice(lo, hi - lo))
+            offsets.append(np.arange(seg.base_offset + lo, seg.base_offset + hi, dtype=np.int64))
+            i += 1
+        if not pieces:
+            return SEGMENT_SCHEMA.empty_table(), np.empty(0, dtype=np.int64)
+        table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+        return table, np.concatenate(offsets)
+
+    def ids_for_offsets(self, offsets: np.ndarray, *, snapshot: Snapshot | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Entry ids and batch indexes for (sorted, live) offsets, vectorised per segment."""
+        snap = snapshot or self.log.cached_snapshot()
+        entries = np.empty(len(offsets), dtype=np.int64)
+        batches = np.empty(len(offsets), dtype=np.int32)
+        pos = 0
+        while pos < len(offsets):
+            seg = snap.segments[snap.segment_index_for(int(offsets[pos]))]
+            stop = int(np.searchsorted(offsets, seg.end_offset, side="left"))
+            rel = offsets[pos:stop] - seg.base_offset
+            seg_entries, seg_batches = _segment_id_arrays(seg)
+            entries[pos:stop] = seg_entries[rel]
+            batches[pos:stop] = seg_batches[rel]
+            pos = stop
+        return entries, batches
+
+    def message_id(self, offset: int, partition: int, *, snapshot: Snapshot | None = None) -> MessageId:
+        snap = snapshot or self.log.cached_snapshot()
+        seg = snap.segments[snap.segment_index_for(offset)]
+        entry, batch = seg.id_of(offset)
+        return MessageId(partition=partition, ledger_id=snap.ledger_id, entry_id=entry, batch_index=batch)
+
+    def offset_for_message_id(self, msg_id: MessageId, *, inclusive: bool, snapshot: Snapshot | None = None) -> int:
+        """The first offset a reader positioned at ``msg_id`` reads (Pulsar's start rules)."""
+        snap = snapshot or self.log.snapshot()
+        if msg_id == MessageId.earliest or msg_id.ledger_id() < snap.ledger_id:
+            return snap.first_offset
+        if msg_id.ledger_id() > snap.ledger_id or msg_id.entry_id() >= snap.next_entry_id:
+            if inclusive and msg_id.ledger_id() == MessageId.latest.ledger_id() and snap.next_offset > snap.first_offset:
+                return snap.next_offset - 1
+            return snap.next_offset
+        seg = snap.segment_for_entry(msg_id.entry_id())
+        if seg is None:
+            return snap.first_offset  # removed by retention: the oldest live message follows it
+        start, end = seg.offsets_of_entry(msg_id.entry_id())
+        batch = msg_id.batch_index()
+        if end - start > 1 or (batch >= 0 and seg.id_of(start)[1] >= 0):
+            if batch < 0:
+                return start if inclusive else end
+            pos = min(start + batch, end - 1)
+            return pos if inclusive else pos + 1
+        return start if inclusive else end
+
+    def offset_for_publish_time(self, publish_time_ms: int, *, snapshot: Snapshot | None = None) -> int:
+        """The first live offset whose publish time is at or after ``publish_time_ms`` (inclusive)."""
+        snap = snapshot or self.log.snapshot()
+        for seg in snap.segments:
+            if seg.max_publish_ms < publish_time_ms:
+                continue
+            times = self.segment_table(seg).column("publish_time").cast(pa.int64()).to_numpy()
+            hits = np.nonzero(times >= publish_time_ms * 1000)[0]
+            if len(hits):
+                return seg.base_offset + int(hits[0])
+        return snap.next_offset
+
+
+def _segment_id_arrays(seg: SegmentRef) -> tuple[np.ndarray, np.ndarray]:
+    entries: list[np.ndarray] = []
+    batches: list[np.ndarray] = []
+    entry = seg.base_entry_id
+    for part in seg.layout:
+        if part > 0:
+            entries.append(np.full(part, entry, dtype=np.int64))
+            batches.append(np.arange(part, dtype=np.int32))
+            entry += 1
+        else:
+            entries.append(np.arange(entry, entry - part, dtype=np.int64))
+            batches.append(np.full(-part, -1, dtype=np.int32))
+            entry -= part
+    return np.concatenate(entries), np.concatenate(batches)
+
+
+def _producer_txns(rows: pa.Table, now_ms: int) -> list[Action]:
+    names = rows.column("producer_name")
+    if names.null_count == rows.num_rows:
+        return []
+    grouped = rows.select(["producer_name", "sequence_id"]).group_by("producer_name").aggregate(
+        [("sequence_id", "max")]
+    )
+    out: list[Action] = []
+    for name, seq in zip(grouped.column("producer_name").to_pylist(), grouped.column("sequence_id_max").to_pylist(), strict=True):
+        if name is not None and seq is not None:
+            out.append(Txn(appId=name, version=seq, lastUpdated=now_ms))
+    return out
+
+
+def _suffix(compression: CompressionType) -> str:
+    return "" if compression == CompressionType.NONE else "." + CompressionType(compression).name.lower()
+
+
+__all__ = ["AppendResult", "TopicLog", "dedup_keep_mask", "filter_layout"]
