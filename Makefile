@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m broker_core.demo --root demo-data
+	$(PY) scripts/demo.py --root demo-data
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -1,7 +1,7 @@
 """How much the vectorised key hashes save over a Python loop, on a bulk-append-sized key column.
 
-Run: ``.venv/bin/python benchmarks/bench_hashing.py`` (with the project installed, or ``PYTHONPATH=.``).  Prints figures only; nothing is asserted,
-because timings depend on the machine.
+Run: ``.venv/bin/python benchmarks/bench_hashing.py`` with the project installed (or ``PYTHONPATH=.``).
+Prints figures only; nothing is asserted, because timings depend on the machine.
 """
 
 from __future__ import annotations

@@ -52,6 +52,13 @@ class Admin:
         self.config = config
         self._ensure_defaults()
 
+    @classmethod
+    def open(cls, service_url: str, *, broker_config: BrokerConfig | str | None = None) -> Admin:
+        """The admin API of a storage root (shared with the process's clients of that root)."""
+        from broker_core.broker import Broker  # the broker owns the shared instance
+
+        return Broker.for_url(service_url, broker_config).admin
+
     # -- records ------------------------------------------------------------------------------------
 
     def _tenant_state(self, tenant: str) -> VersionedState:

@@ -51,6 +51,16 @@ class HashingScheme(enum.IntEnum):
     JavaStringHash = 0
     Murmur3_32Hash = 1
 
+    @classmethod
+    def coerce(cls, scheme: HashingScheme | int | str) -> HashingScheme:
+        """The scheme named by a member, its value or its name; anything else is a config error."""
+        try:
+            return cls[scheme] if isinstance(scheme, str) else cls(scheme)
+        except (KeyError, ValueError):
+            raise InvalidConfiguration(
+                f"unknown hashing scheme {scheme!r}; use one of {[s.name for s in cls]}"
+            ) from None
+
 
 # --- scalar reference implementations --------------------------------------------------------------
 
@@ -130,20 +140,8 @@ def _chunks(values: object, what: str) -> list[pa.Array]:
     raise InvalidConfiguration(f"{what} must be a pyarrow Array or ChunkedArray, got {type(values).__name__}")
 
 
-def _is_text(data_type: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_string(data_type)
-        or pa.types.is_large_string(data_type)
-        or pa.types.is_string_view(data_type)
-    )
-
-
-def _is_bytes(data_type: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_binary(data_type)
-        or pa.types.is_large_binary(data_type)
-        or pa.types.is_binary_view(data_type)
-    )
+_TEXT_TYPES = (pa.string(), pa.large_string(), pa.string_view())
+_BYTES_TYPES = (pa.binary(), pa.large_binary(), pa.binary_view())
 
 
 def _offsets_and_data(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -324,7 +322,7 @@ def _hash_column(
         value_type = chunk.type.value_type if pa.types.is_dictionary(chunk.type) else chunk.type
         if pa.types.is_null(value_type):
             results.append(pa.nulls(len(chunk), type=pa.int32()))
-        elif _is_text(value_type) or (allow_binary and _is_bytes(value_type)):
+        elif value_type in _TEXT_TYPES or (allow_binary and value_type in _BYTES_TYPES):
             results.append(_hash_rows(chunk, hash_distinct))
         else:
             kinds = "string or binary" if allow_binary else "string"
@@ -355,7 +353,7 @@ def _as_large_binary(values: ArrayLike | None, what: str) -> pa.Array | None:
     if values is None:
         return None
     chunks = _chunks(values, what)
-    if any(not (_is_text(c.type) or _is_bytes(c.type) or pa.types.is_null(c.type)) for c in chunks):
+    if any(not (c.type in _TEXT_TYPES or c.type in _BYTES_TYPES or pa.types.is_null(c.type)) for c in chunks):
         raise InvalidConfiguration(f"{what} must be a string or binary column, got type {values.type}")
     if not chunks:
         return pa.array([], type=pa.large_binary())
@@ -389,13 +387,7 @@ def sticky_key_hash_array(ordering_keys: ArrayLike | None, keys: ArrayLike | Non
 
 def hash_keys(keys: ArrayLike, scheme: HashingScheme | int | str) -> pa.Array:
     """Hash a key column with the given scheme (as int32, nulls preserved)."""
-    try:
-        chosen = HashingScheme[scheme] if isinstance(scheme, str) else HashingScheme(scheme)
-    except (KeyError, ValueError):
-        raise InvalidConfiguration(
-            f"unknown hashing scheme {scheme!r}; use one of {[s.name for s in HashingScheme]}"
-        ) from None
-    if chosen is HashingScheme.JavaStringHash:
+    if HashingScheme.coerce(scheme) is HashingScheme.JavaStringHash:
         return java_string_hash_array(keys)
     return murmur3_32_hash_array(keys)
 

@@ -55,17 +55,6 @@ def _require_num_partitions(num_partitions: object) -> int:
     return int(num_partitions)
 
 
-def _require_scheme(scheme: object) -> HashingScheme:
-    try:
-        if isinstance(scheme, str):
-            return HashingScheme[scheme]
-        return HashingScheme(scheme)  # type: ignore[arg-type]  # anything else is refused below
-    except (KeyError, ValueError):
-        raise InvalidConfiguration(
-            f"unknown hashing scheme {scheme!r}; use one of {[s.name for s in HashingScheme]}"
-        ) from None
-
-
 def _has_key(key: object) -> bool:
     if key is None:
         return False
@@ -85,7 +74,7 @@ def partition_for_key(
     if not isinstance(key, str):
         raise InvalidConfiguration(f"a message key must be a str, got {type(key).__name__} {key!r}")
     count = _require_num_partitions(num_partitions)
-    if _require_scheme(scheme) is HashingScheme.JavaStringHash:
+    if HashingScheme.coerce(scheme) is HashingScheme.JavaStringHash:
         return java_string_hash(key) % count
     return murmur3_32_hash(key) % count
 
@@ -119,7 +108,7 @@ def partitions_for_keys(
             is unknown.
     """
     count = _require_num_partitions(num_partitions)
-    hashes = hash_keys(keys, _require_scheme(scheme))
+    hashes = hash_keys(keys, HashingScheme.coerce(scheme))
     values = pc.fill_null(hashes, 0).to_numpy(zero_copy_only=False).astype(np.int64)
     return np.where(_present_mask(keys), values % count, -1).astype(np.int32)
 
@@ -158,7 +147,7 @@ class _KeyHashRouter(MessageRouter):
 
     def __init__(self, num_partitions: int, scheme: HashingScheme | int | str) -> None:
         super().__init__(num_partitions)
-        self._scheme = _require_scheme(scheme)
+        self._scheme = HashingScheme.coerce(scheme)
 
     @property
     def scheme(self) -> HashingScheme:

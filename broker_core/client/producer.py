@@ -21,12 +21,16 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from broker_core.client.args import check_str_map, check_type, check_type_or_none
+from broker_core.bulk import PartitionAppend, to_segment_rows
 from broker_core.client.builder import PendingMessage, plan_entries, rows_for
 from broker_core.errors import (
     AlreadyClosed,
     InvalidConfiguration,
+    InvalidMessage,
     MessageTooBig,
     ProducerBusy,
     ProducerQueueIsFull,
@@ -235,6 +239,53 @@ class Producer:
 
             pending.future.add_done_callback(done)
         return pending.future
+
+    def send_table(self, table: pa.Table) -> list[PartitionAppend]:
+        """Bulk path: append a whole Arrow table of messages, one commit (one entry) per partition.
+
+        Columns as in ``broker_core.bulk.INPUT_COLUMNS`` (``value`` required).  Rows without a
+        ``sequence_id`` get the producer's next ones; routing follows the producer's mode.  Queued
+        messages are flushed first so order is kept.
+        """
+        check_type(pa.Table, table, "table")
+        self.flush()
+        rows, explicit = to_segment_rows(table, publish_time_ms=self._clock.now_ms(),
+                                         max_message_size=self._max_message_size, default_producer=self._name)
+        rows = rows.set_column(rows.schema.get_field_index("producer_name"), "producer_name",
+                               pa.array([self._name] * rows.num_rows, pa.string()))
+        if "sequence_id" not in table.column_names:
+            with self._cond:
+                start = self._next_sequence_id
+                self._next_sequence_id += rows.num_rows
+            rows = rows.set_column(rows.schema.get_field_index("sequence_id"), "sequence_id",
+                                   pa.array(np.arange(start, start + rows.num_rows, dtype=np.int64)))
+        if self._partitioned and self._router is not None:
+            chosen = self._router.choose_many(rows.column("key"))
+            if explicit is not None:
+                chosen = np.where(explicit >= 0, explicit, chosen).astype(np.int32)
+        else:
+            chosen = np.zeros(rows.num_rows, dtype=np.int32)
+        bad = (chosen < 0) | (chosen >= len(self._queues))
+        if bad.any():
+            raise InvalidMessage(
+                f"column 'partition' holds {int(chosen[bad][0])}, outside [0, {len(self._queues)}) for {self._topic}",
+                column="partition",
+            )
+        out: list[PartitionAppend] = []
+        for index, q in enumerate(self._queues):
+            take = np.nonzero(chosen == index)[0]
+            if not len(take):
+                continue
+            part_rows = rows if len(take) == rows.num_rows else rows.take(pa.array(take))
+            layout = [len(take)] if self._batching else [-len(take)]
+            result = q.log.append(part_rows, layout=layout, compression=self._compression, dedup=self._dedup,
+                                  producer_epoch=q.epoch)
+            out.append(PartitionAppend(partition=index, rows=len(take), result=result))
+        if rows.num_rows:
+            seq_max = pc.max(rows.column("sequence_id")).as_py()
+            with self._cond:
+                self._last_sequence_id = max(self._last_sequence_id, seq_max)
+        return out
 
     def flush(self) -> None:
         """Commit everything queued so far and wait until it is durable."""

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker_core import hashing
 from broker_core.errors import InvalidConfiguration
 from broker_core.hashing import (
     HashingScheme,
@@ -159,6 +160,29 @@ def test_chunked_and_dictionary_arrays(chunks: list[list[str | None]]) -> None:
     encoded = pc.dictionary_encode(pa.array(flat, type=pa.string()))
     assert java_string_hash_array(encoded).to_pylist() == expected_java(flat)
     assert murmur3_32_hash_array(encoded).to_pylist() == expected_murmur(flat)
+
+
+@given(KEY_LISTS, st.data())
+def test_direct_path_without_dictionary(keys: list[str | None], data: st.DataObject) -> None:
+    """Columns judged mostly distinct skip dictionary encoding; that path must agree too."""
+    start = data.draw(st.integers(0, len(keys)))
+    array = pa.array(keys, type=pa.string()).slice(start)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(hashing, "_mostly_distinct", lambda array: True)
+        assert java_string_hash_array(array).to_pylist() == expected_java(keys[start:])
+        assert murmur3_32_hash_array(array).to_pylist() == expected_murmur(keys[start:])
+
+
+@pytest.mark.parametrize("num_distinct", [50, 200_000])
+def test_large_columns_either_path(num_distinct: int) -> None:
+    keys: list[str | None] = [
+        f"k-{i % num_distinct}-é" if i % 7 else f"k{i % num_distinct}" for i in range(200_000)
+    ]
+    keys[::1000] = [None] * len(keys[::1000])
+    array = pa.array(keys).slice(3)
+    assert hashing._mostly_distinct(array) == (num_distinct > 100_000)
+    assert java_string_hash_array(array).to_pylist() == expected_java(keys[3:])
+    assert murmur3_32_hash_array(array).to_pylist() == expected_murmur(keys[3:])
 
 
 def test_long_rows_and_block_boundaries() -> None:
