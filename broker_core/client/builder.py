@@ -7,8 +7,8 @@ own (unbatched sends, delayed messages, chunks).
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -31,7 +31,10 @@ class PendingMessage:
     event_time_ms: int | None
     deliver_at_ms: int | None
     size_bytes: int
-    future: Future[MessageId] = field(default_factory=Future)
+    callback: Callable[[PendingMessage], None] | None = None
+    result: MessageId | None = None
+    error: BaseException | None = None
+    done: bool = False
     chunk_uuid: str | None = None
     chunk_id: int | None = None
     num_chunks: int | None = None

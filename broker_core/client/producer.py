@@ -16,7 +16,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -38,10 +37,11 @@ from broker_core.errors import (
     Timeout,
     result_for,
 )
+from broker_core.message import Message
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
-from broker_core.routing import MessageRouter
+from broker_core.routing import CustomRouter, MessageRouter
 from broker_core.segment import CompressionType
 from broker_core.topic_log import TopicLog
 
@@ -58,7 +58,7 @@ class BatchingType:
 
 
 class _PartitionQueue:
-    __slots__ = ("bytes", "enqueued", "flush_target", "log", "messages", "registry", "epoch", "taken")
+    __slots__ = ("bytes", "committed", "enqueued", "epoch", "flush_target", "log", "messages", "registry", "taken")
 
     def __init__(self, log: TopicLog, registry: ProducerRegistry) -> None:
         self.log = log
@@ -67,6 +67,7 @@ class _PartitionQueue:
         self.bytes = 0
         self.enqueued = 0
         self.taken = 0
+        self.committed = 0
         self.flush_target = 0
         self.epoch = 0
 
@@ -123,6 +124,8 @@ class Producer:
         self._lease_ms = config.producer_lease_ms
         self._clock = client._clock
         self._cond = threading.Condition()
+        self._done_cond = threading.Condition()
+        self._pending_total = 0
         self._closed = False
         self._failure: PulsarException | None = None
         self._queues = [
@@ -206,39 +209,40 @@ class Producer:
         pending = self._enqueue(content, properties, partition_key, ordering_key, sequence_id,
                                 replication_clusters, disable_replication, event_timestamp, deliver_at,
                                 deliver_after, flush=True)
-        try:
-            return pending.future.result(timeout=self._send_timeout_s)
-        except TimeoutError as exc:
-            raise Timeout(f"send to {self._topic} did not complete within the send timeout",
-                          topic=str(self._topic)) from exc
+        with self._done_cond:
+            if not self._done_cond.wait_for(lambda: pending.done, timeout=self._send_timeout_s):
+                raise Timeout(f"send to {self._topic} did not complete within the send timeout",
+                              topic=str(self._topic))
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return pending.result
 
     def send_async(self, content: Any, callback: Callable[[Any, MessageId | None], None] | None,
                    properties: dict[str, str] | None = None, partition_key: str | None = None,
                    ordering_key: str | None = None, sequence_id: int | None = None,
                    replication_clusters: list[str] | None = None, disable_replication: bool = False,
                    event_timestamp: int | None = None, deliver_at: int | None = None,
-                   deliver_after: timedelta | None = None) -> Future[MessageId]:
-        """Queue a message; ``callback(result, message_id)`` runs once it is durable (or failed)."""
+                   deliver_after: timedelta | None = None) -> None:
+        """Queue a message; ``callback(result, message_id)`` runs once it is durable (or failed).
+
+        Callbacks run on the producer's sender thread, in send order per partition.
+        """
         if callback is not None and not callable(callback):
             raise InvalidConfiguration(f"argument 'callback' must be callable, got {callback!r}")
+        notify = None
+        if callback is not None:
+            def notify(msg: PendingMessage) -> None:
+                callback(result_for(msg.error), msg.result)
+
         try:
-            pending = self._enqueue(content, properties, partition_key, ordering_key, sequence_id,
-                                    replication_clusters, disable_replication, event_timestamp, deliver_at,
-                                    deliver_after, flush=False)
+            self._enqueue(content, properties, partition_key, ordering_key, sequence_id,
+                          replication_clusters, disable_replication, event_timestamp, deliver_at,
+                          deliver_after, flush=False, callback=notify)
         except ProducerQueueIsFull as exc:
             if callback is None:
                 raise
             callback(result_for(exc), None)
-            failed: Future[MessageId] = Future()
-            failed.set_exception(exc)
-            return failed
-        if callback is not None:
-            def done(fut: Future[MessageId]) -> None:
-                exc = fut.exception()
-                callback(result_for(exc), None if exc else fut.result())
-
-            pending.future.add_done_callback(done)
-        return pending.future
 
     def send_table(self, table: pa.Table) -> list[PartitionAppend]:
         """Bulk path: append a whole Arrow table of messages, one commit (one entry) per partition.
@@ -289,16 +293,15 @@ class Producer:
 
     def flush(self) -> None:
         """Commit everything queued so far and wait until it is durable."""
-        waits: list[Future[MessageId]] = []
         with self._cond:
+            targets = [q.enqueued for q in self._queues]
             for q in self._queues:
                 q.flush_target = q.enqueued
-                if q.messages:
-                    waits.append(q.messages[-1].future)
             self._cond.notify_all()
-        for fut in waits:
-            with contextlib.suppress(Exception):
-                fut.result()
+        with self._done_cond:
+            self._done_cond.wait_for(
+                lambda: all(q.committed >= t for q, t in zip(self._queues, targets, strict=True))
+            )
         if self._failure is not None:
             raise self._failure
 
@@ -321,7 +324,8 @@ class Producer:
 
     def _enqueue(self, content: Any, properties: Any, partition_key: Any, ordering_key: Any, sequence_id: Any,
                  replication_clusters: Any, disable_replication: Any, event_timestamp: Any, deliver_at: Any,
-                 deliver_after: Any, *, flush: bool) -> PendingMessage:
+                 deliver_after: Any, *, flush: bool,
+                 callback: Callable[[PendingMessage], None] | None = None) -> PendingMessage:
         if self._closed:
             raise AlreadyClosed(f"producer {self._name!r} on {self._topic} is closed")
         if self._failure is not None:
@@ -353,7 +357,16 @@ class Producer:
         if self._partitioned:
             if self._router is None:
                 raise InvalidConfiguration("partitioned producer without a router")
-            partition = self._router.choose(partition_key, content)
+            routed: object = content
+            if isinstance(self._router, CustomRouter):
+                # the official client hands a custom router the Message being sent
+                routed = Message(
+                    _data=data, _key=partition_key, _ordering_key=ordering_key.encode() if ordering_key else None,
+                    _properties=dict(props or {}), _producer_name=self._name, _sequence_id=sequence_id,
+                    _publish_time_ms=publish_ms, _event_time_ms=event_timestamp or 0, _deliver_at_ms=deliver_ms,
+                    _schema_version=None, _message_id=MessageId(), _topic=str(self._topic), _schema=self._schema,
+                )
+            partition = self._router.choose(partition_key, routed)
         ordering = ordering_key.encode("utf-8") if ordering_key else None
         with self._cond:
             if sequence_id is None:
@@ -365,22 +378,25 @@ class Producer:
             self._wait_for_space(partition, len(pieces))
             q = self._queues[partition]
             now = time.monotonic()
+            was_empty = not q.messages
             for index, (chunk, chunk_fields) in enumerate(pieces):
                 pending = PendingMessage(
                     value=chunk, key=partition_key, ordering_key=ordering, properties=props,
                     sequence_id=seq, publish_time_ms=publish_ms, event_time_ms=event_timestamp,
                     deliver_at_ms=deliver_ms, size_bytes=len(chunk) if chunk is not None else 0,
-                    enqueued_s=now, **chunk_fields,
+                    enqueued_s=now, callback=callback if index == len(pieces) - 1 else None, **chunk_fields,
                 )
                 q.messages.append(pending)
                 q.bytes += pending.size_bytes
                 q.enqueued += 1
-                if index == len(pieces) - 1:
-                    last = pending
+            self._pending_total += len(pieces)
             if flush:
                 q.flush_target = q.enqueued
-            self._cond.notify_all()
-        return last
+            # wake the sender only when it has something new to decide
+            if (was_empty or flush or len(q.messages) >= self._batch_max_messages
+                    or q.bytes >= self._batch_max_bytes):
+                self._cond.notify_all()
+        return pending
 
     def _split(self, data: bytes | None, size: int, seq: int) -> list[tuple[bytes | None, dict[str, Any]]]:
         if data is None or size <= self._max_message_size:
@@ -396,7 +412,7 @@ class Producer:
 
     def _wait_for_space(self, partition: int, needed: int) -> None:
         def full() -> bool:
-            total = sum(len(q.messages) for q in self._queues)
+            total = self._pending_total
             return (len(self._queues[partition].messages) + needed > self._max_pending and
                     len(self._queues[partition].messages) > 0) or (
                 self._max_pending_total > 0 and total + needed > self._max_pending_total and total > 0)
@@ -451,6 +467,7 @@ class Producer:
                     self._cond.wait(timeout=max(timeout, 0.0005))
                     self._renew_leases()
                 work = [(q, self._take(q)) for q in ready]
+                self._pending_total -= sum(len(batch) for _, batch in work)
                 self._cond.notify_all()
             for q, batch in work:
                 if batch:
@@ -471,25 +488,38 @@ class Producer:
             if isinstance(exc, PulsarException) and type(exc).__name__ == "ProducerFenced":
                 self._failure = exc
             for msg in batch:
-                if not msg.future.done():
-                    msg.future.set_exception(error)
+                msg.error = error
+            self._resolve(q, batch)
             return
-        snap = q.log.log.cached_snapshot()
-        ledger = snap.ledger_id
+        ledger = q.log.log.cached_snapshot().ledger_id
+        kept = result.kept
         if result.segment is not None:
-            offsets = result.segment.base_offset + np.cumsum(result.kept) - 1
-            entries, batches = q.log.ids_for_offsets(offsets[result.kept], snapshot=snap)
-        kept_iter = iter(range(int(result.kept.sum())))
+            offsets = result.segment.base_offset + np.cumsum(kept) - 1
+            entries, batches = q.log.ids_for_offsets(offsets[kept])
+            entry_list, batch_list = entries.tolist(), batches.tolist()
+        i = 0
         for row, msg in enumerate(ordered):
-            if result.kept[row]:
-                i = next(kept_iter)
-                msg_id = MessageId(partition=partition, ledger_id=ledger, entry_id=int(entries[i]),
-                                   batch_index=int(batches[i]))
+            if kept[row]:
+                msg.result = MessageId(partition=partition, ledger_id=ledger, entry_id=entry_list[i],
+                                       batch_index=batch_list[i])
+                i += 1
             else:
-                msg_id = MessageId(partition=partition, ledger_id=-1, entry_id=-1, batch_index=-1)
-            with self._cond:
-                self._last_sequence_id = max(self._last_sequence_id, msg.sequence_id)
-            msg.future.set_result(msg_id)
+                msg.result = MessageId(partition=partition, ledger_id=-1, entry_id=-1, batch_index=-1)
+        seq_max = max(msg.sequence_id for msg in batch)
+        with self._cond:
+            self._last_sequence_id = max(self._last_sequence_id, seq_max)
+        self._resolve(q, batch)
+
+    def _resolve(self, q: _PartitionQueue, batch: list[PendingMessage]) -> None:
+        """Mark a committed (or failed) batch done, wake waiters, then run the callbacks in order."""
+        with self._done_cond:
+            for msg in batch:
+                msg.done = True
+            q.committed += len(batch)
+            self._done_cond.notify_all()
+        for msg in batch:
+            if msg.callback is not None:
+                msg.callback(msg)
 
 
 __all__ = ["BatchingType", "Producer"]
