@@ -6,11 +6,23 @@
 from __future__ import annotations
 
 from broker_core.admin import Admin
+from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client import BatchingType, Client, Producer, Reader
+from broker_core.client.consumer import Consumer
+from broker_core.client.policies import (
+    ConsumerBatchReceivePolicy,
+    ConsumerDeadLetterPolicy,
+    ConsumerKeySharedPolicy,
+    InitialPosition,
+    RegexSubscriptionMode,
+    SubscriptionMode,
+)
 from broker_core.config import BrokerConfig, load_broker_config
+from broker_core.cursor import ConsumerType
 from broker_core.errors import *  # noqa: F403 - the exception tree is part of the public surface
 from broker_core.errors import __all__ as _error_names
 from broker_core.hashing import HashingScheme
+from broker_core.key_shared import KeySharedMode
 from broker_core.message import BytesSchema, Message, Schema, StringSchema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
@@ -26,6 +38,16 @@ __all__ = sorted(
         "BytesSchema",
         "Client",
         "CompressionType",
+        "Consumer",
+        "ConsumerBatchReceivePolicy",
+        "ConsumerDeadLetterPolicy",
+        "ConsumerKeySharedPolicy",
+        "ConsumerType",
+        "InitialPosition",
+        "KeySharedMode",
+        "MultiplierRedeliveryBackoff",
+        "RegexSubscriptionMode",
+        "SubscriptionMode",
         "HashingScheme",
         "Message",
         "MessageId",

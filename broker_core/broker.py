@@ -13,6 +13,8 @@ import threading
 
 from broker_core.admin import Admin, topic_dir
 from broker_core.config import BrokerConfig, load_broker_config
+from broker_core.cursor import ConsumerType, Cursor, new_cursor
+from broker_core.cursor_store import CursorStore
 from broker_core.errors import NotAllowedError
 from broker_core.naming import TopicName
 from broker_core.storage import FileIO, file_io_for
@@ -23,6 +25,7 @@ BROKER_CONF_PATH = "_pubsub/broker.toml"
 _REGISTRY_LOCK = threading.Lock()
 _BROKERS: dict[tuple[str, BrokerConfig | None], Broker] = {}
 _TOPIC_LOGS: dict[tuple[str, str], TopicLog] = {}
+_CURSOR_STORES: dict[tuple[str, str, str], CursorStore] = {}
 
 
 def resolve_config(io: FileIO, config: BrokerConfig | str | os.PathLike[str] | None) -> BrokerConfig:
@@ -79,6 +82,37 @@ class Broker:
         if create and not log.exists():
             log.create(name=str(topic))
         return log
+
+    def cursor_store(self, topic: TopicName, subscription: str) -> CursorStore:
+        """The shared handle of a subscription's cursor on an internal topic."""
+        key = (self.io.root_uri, topic_dir(topic), subscription)
+        with _REGISTRY_LOCK:
+            store = _CURSOR_STORES.get(key)
+            if store is None:
+                store = CursorStore(self.io, key[1], subscription)
+                _CURSOR_STORES[key] = store
+            return store
+
+    def create_subscription(self, topic: str | TopicName, subscription: str, *, earliest: bool = True) -> bool:
+        """Create a durable subscription with no consumer (at the earliest or latest message).
+
+        Returns False if it existed already on every partition (it is left as it is).
+        """
+        created = False
+        for partition in self.partitions(topic):
+            log = self.topic_log(partition)
+            snap = log.snapshot()
+            offset = snap.first_offset if earliest else snap.next_offset
+
+            def fn(cursor: Cursor | None, offset: int = offset) -> Cursor | None:
+                nonlocal created
+                if cursor is not None:
+                    return None
+                created = True
+                return new_cursor(subscription, ConsumerType.Exclusive, offset)
+
+            self.cursor_store(partition, subscription).update(fn)
+        return created
 
     def partitions(self, topic: str | TopicName, *, auto_create: bool = True) -> list[TopicName]:
         """Resolve a topic to its internal topics (auto-creating per the broker config)."""

@@ -93,6 +93,45 @@ class BrokerConfig(BaseModel):
         description="How many producers' last sequence ids deduplication remembers per topic.",
     )
 
+    delayed_delivery_enabled: bool = Field(
+        default=True,
+        validation_alias="delayedDeliveryEnabled",
+        serialization_alias="delayedDeliveryEnabled",
+        description="Honour deliver-at times on Shared and Key_Shared subscriptions.",
+    )
+    delayed_delivery_tick_time_millis: int = Field(
+        default=1000,
+        validation_alias="delayedDeliveryTickTimeMillis",
+        serialization_alias="delayedDeliveryTickTimeMillis",
+        gt=0,
+        description="How often consumers look for delayed messages that became due (ms).",
+    )
+    is_delayed_delivery_deliver_at_time_strict: bool = Field(
+        default=False,
+        validation_alias="isDelayedDeliveryDeliverAtTimeStrict",
+        serialization_alias="isDelayedDeliveryDeliverAtTimeStrict",
+        description="Wake exactly at deliver-at times instead of on the next tick (never early either way).",
+    )
+    subscription_key_shared_use_consistent_hashing: bool = Field(
+        default=False,
+        validation_alias="subscriptionKeySharedUseConsistentHashing",
+        serialization_alias="subscriptionKeySharedUseConsistentHashing",
+        description="AUTO_SPLIT Key_Shared uses consistent hashing instead of hash ranges.",
+    )
+    subscription_key_shared_consistent_hashing_replica_points: int = Field(
+        default=100,
+        validation_alias="subscriptionKeySharedConsistentHashingReplicaPoints",
+        serialization_alias="subscriptionKeySharedConsistentHashingReplicaPoints",
+        gt=0,
+        description="Points per consumer on the consistent-hashing ring.",
+    )
+    allow_auto_subscription_creation: bool = Field(
+        default=True,
+        validation_alias="allowAutoSubscriptionCreation",
+        serialization_alias="allowAutoSubscriptionCreation",
+        description="Create a durable subscription when a consumer first subscribes with its name.",
+    )
+
     # --- spark-pubsub storage settings (not in Pulsar) --------------------------------------------
 
     checkpoint_interval: int = Field(
@@ -115,6 +154,13 @@ class BrokerConfig(BaseModel):
         serialization_alias="commitMaxRetries",
         gt=0,
         description="How many lost put-if-absent races a commit retries before giving up.",
+    )
+    consumer_lease_ms: int = Field(
+        default=30_000,
+        validation_alias="consumerLeaseMs",
+        serialization_alias="consumerLeaseMs",
+        gt=0,
+        description="Milliseconds a consumer stays registered without renewing; then its messages are redelivered.",
     )
     fsync_enabled: bool = Field(
         default=True,

@@ -116,6 +116,10 @@ class OperationNotSupported(PulsarException):
     """The operation is not supported by this library (the message says what to use instead)."""
 
 
+class CumulativeAcknowledgementNotAllowedError(NotAllowedError):
+    """``acknowledge_cumulative`` on a Shared or Key_Shared subscription."""
+
+
 class Timeout(PulsarException, TimeoutError):
     """An operation did not complete in time (``receive(timeout_millis)`` with nothing to deliver)."""
 
@@ -161,6 +165,7 @@ class Result(enum.IntEnum):
     TopicNotFound = 29
     SubscriptionNotFound = 30
     TopicTerminated = 33
+    CumulativeAcknowledgementNotAllowedError = 37
     NotAllowedError = 40
     ProducerFenced = 43
 
@@ -181,6 +186,7 @@ __all__ = [
     "BrokerPersistenceError",
     "CommitConflict",
     "ConsumerBusy",
+    "CumulativeAcknowledgementNotAllowedError",
     "DataLoss",
     "InvalidConfiguration",
     "InvalidMessage",

@@ -77,6 +77,8 @@ class Message:
     _schema: Schema | None = None
     _offset: int = -1
     _sticky_key_hash: int = 0
+    _chunk_offsets: list[int] | None = None
+    _source: int = -1  # index of the consumer's subscription part that delivered it
 
     def data(self) -> bytes:
         """The raw payload (b"" for a null-value tombstone; see ``has_null_value``)."""

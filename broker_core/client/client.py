@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import threading
 import uuid
 import weakref
@@ -17,10 +18,22 @@ from typing import Any
 
 from broker_core.broker import Broker
 from broker_core.client.args import check_positive, check_str_map, check_type, check_type_or_none
+from broker_core.backoff import MultiplierRedeliveryBackoff
+from broker_core.client.consumer import Consumer
+from broker_core.client.policies import (
+    ConsumerBatchReceivePolicy,
+    ConsumerDeadLetterPolicy,
+    ConsumerKeySharedPolicy,
+    InitialPosition,
+    RegexSubscriptionMode,
+    SubscriptionMode,
+)
 from broker_core.client.producer import BatchingType, Producer
 from broker_core.client.reader import Reader
+from broker_core.client.subscribe import subscribe
 from broker_core.clock import SYSTEM_CLOCK, Clock
 from broker_core.config import BrokerConfig
+from broker_core.cursor import ConsumerType
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported
 from broker_core.hashing import HashingScheme
 from broker_core.message import BytesSchema, Schema
@@ -68,6 +81,8 @@ class Client:
         logger: Any = None,
         connection_timeout_ms: int = 10000,
         listener_name: str | None = None,
+        tls_private_key_file_path: str | None = None,
+        tls_certificate_file_path: str | None = None,
         *,
         broker_config: BrokerConfig | str | os.PathLike[str] | None = None,
         clock: Clock | None = None,
@@ -86,6 +101,15 @@ class Client:
         check_type(bool, tls_validate_hostname, "tls_validate_hostname")
         check_positive(connection_timeout_ms, "connection_timeout_ms")
         check_type_or_none(str, listener_name, "listener_name")
+        check_type_or_none(str, tls_private_key_file_path, "tls_private_key_file_path")
+        check_type_or_none(str, tls_certificate_file_path, "tls_certificate_file_path")
+        check_type_or_none((BrokerConfig, str, os.PathLike), broker_config, "broker_config")
+        if clock is not None and not isinstance(clock, Clock):
+            raise InvalidConfiguration(
+                f"argument 'clock' must be a Clock (with now_ms() and monotonic_s()), got "
+                f"{type(clock).__name__} {clock!r}",
+                argument="clock",
+            )
         check_positive(reader_poll_interval_ms, "reader_poll_interval_ms")
         self._broker = Broker.for_url(service_url, broker_config)
         self._clock: Clock = clock or SYSTEM_CLOCK
@@ -261,6 +285,73 @@ class Client:
         with self._lock:
             self._handles.add(reader)
         return reader
+
+    def subscribe(
+        self,
+        topic: str | list[str] | re.Pattern[str],
+        subscription_name: str,
+        consumer_type: ConsumerType = ConsumerType.Exclusive,
+        schema: Schema | None = None,
+        message_listener: Callable[[Consumer, Any], None] | None = None,
+        receiver_queue_size: int = 1000,
+        max_total_receiver_queue_size_across_partitions: int = 50000,
+        consumer_name: str | None = None,
+        unacked_messages_timeout_ms: int | None = None,
+        broker_consumer_stats_cache_time_ms: int = 30000,
+        negative_ack_redelivery_delay_ms: int = 60000,
+        is_read_compacted: bool = False,
+        properties: dict[str, str] | None = None,
+        pattern_auto_discovery_period: int = 60,
+        initial_position: InitialPosition = InitialPosition.Latest,
+        crypto_key_reader: Any = None,
+        replicate_subscription_state_enabled: bool = False,
+        max_pending_chunked_message: int = 10,
+        auto_ack_oldest_chunked_message_on_queue_full: bool = False,
+        start_message_id_inclusive: bool = False,
+        batch_receive_policy: ConsumerBatchReceivePolicy | None = None,
+        key_shared_policy: ConsumerKeySharedPolicy | None = None,
+        batch_index_ack_enabled: bool = False,
+        regex_subscription_mode: RegexSubscriptionMode = RegexSubscriptionMode.PersistentOnly,
+        dead_letter_policy: ConsumerDeadLetterPolicy | None = None,
+        crypto_failure_action: Any = None,
+        *,
+        priority_level: int = 0,
+        retry_enable: bool = False,
+        subscription_mode: SubscriptionMode = SubscriptionMode.Durable,
+        negative_ack_backoff: MultiplierRedeliveryBackoff | None = None,
+    ) -> Consumer:
+        """Subscribe to a topic, a list of topics or a pattern (``re.compile(...)``).
+
+        The keyword-only arguments extend the official signature: ``priority_level`` (Failover),
+        ``retry_enable`` (the retry letter topic and ``reconsume_later``), ``subscription_mode``
+        (Durable or NonDurable) and ``negative_ack_backoff``.  Batch-index acknowledgment is always
+        on: every message of a batch has an offset of its own.
+        """
+        self._check_open()
+        check_positive(max_total_receiver_queue_size_across_partitions,
+                       "max_total_receiver_queue_size_across_partitions")
+        check_positive(broker_consumer_stats_cache_time_ms, "broker_consumer_stats_cache_time_ms", allow_zero=True)
+        check_type(bool, replicate_subscription_state_enabled, "replicate_subscription_state_enabled")
+        check_positive(max_pending_chunked_message, "max_pending_chunked_message")
+        check_type(bool, auto_ack_oldest_chunked_message_on_queue_full, "auto_ack_oldest_chunked_message_on_queue_full")
+        check_type(bool, batch_index_ack_enabled, "batch_index_ack_enabled")
+        if crypto_key_reader is not None:
+            raise OperationNotSupported("end-to-end encryption is not supported")
+        consumer = subscribe(
+            self, topic, subscription_name, consumer_type=consumer_type, schema=schema,
+            message_listener=message_listener, receiver_queue_size=receiver_queue_size,
+            consumer_name=consumer_name, unacked_messages_timeout_ms=unacked_messages_timeout_ms,
+            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms, is_read_compacted=is_read_compacted,
+            properties=properties, pattern_auto_discovery_period=pattern_auto_discovery_period,
+            initial_position=initial_position, start_message_id_inclusive=start_message_id_inclusive,
+            batch_receive_policy=batch_receive_policy, key_shared_policy=key_shared_policy,
+            regex_subscription_mode=regex_subscription_mode, dead_letter_policy=dead_letter_policy,
+            priority_level=priority_level, retry_enable=retry_enable, subscription_mode=subscription_mode,
+            negative_ack_backoff=negative_ack_backoff,
+        )
+        with self._lock:
+            self._handles.add(consumer)
+        return consumer
 
     def close(self) -> None:
         """Close every producer (flushing it) and reader of this client."""

@@ -9,6 +9,7 @@ commits set (push) and otherwise polls the next log version every ``poll_interva
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -158,7 +159,8 @@ class Reader:
         """The next message; waits up to ``timeout_millis`` (forever if None), else ``Timeout``."""
         if timeout_millis is not None:
             check_type(int, timeout_millis, "timeout_millis")
-        deadline = None if timeout_millis is None else self._client._clock.monotonic_s() + timeout_millis / 1000
+        # A wait is real time even under an injected (manual) clock: nothing else would end it.
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
             self._check_open()
             with self._lock:
@@ -170,7 +172,7 @@ class Reader:
                     return self._buffer.popleft()
             wait = self._poll_s
             if deadline is not None:
-                remaining = deadline - self._client._clock.monotonic_s()
+                remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise Timeout(f"no message on {self._topic} within {timeout_millis} ms", topic=str(self._topic))
                 wait = min(wait, remaining)

@@ -102,7 +102,17 @@ def encode_actions(actions: list[Action]) -> bytes:
 def decode_actions(data: bytes, *, version: int) -> list[Action]:
     """Parse a commit file; unknown actions are skipped, malformed ones raise ``LogCorrupted``."""
     actions: list[Action] = []
-    for line_no, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LogCorrupted(
+            f"log version {version} is not UTF-8 (byte {exc.start}); the log was edited by hand or "
+            "written by a broken writer",
+            version=version,
+        ) from exc
+    # split on "\n" only: str.splitlines() also splits on U+2028, U+2029 and U+0085, which JSON
+    # allows unescaped inside strings (delta-rs writes them raw)
+    for line_no, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -114,7 +124,9 @@ def decode_actions(data: bytes, *, version: int) -> list[Action]:
                 version=version,
             ) from exc
         if not isinstance(obj, dict) or len(obj) != 1:
-            raise LogCorrupted(f"log version {version} line {line_no} is not a single action", version=version)
+            raise LogCorrupted(
+                f"log version {version} line {line_no} is not a single action", version=version
+            )
         (key, body), = obj.items()
         cls = _KEYS.get(key)
         if cls is None:

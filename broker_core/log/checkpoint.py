@@ -141,7 +141,8 @@ def checkpoint_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
         ),
     ]
     for txn in snapshot.txns.values():
-        rows.append(_row("txn", {"appId": txn.app_id, "version": txn.version, "lastUpdated": txn.last_updated}))
+        body = {"appId": txn.app_id, "version": txn.version, "lastUpdated": txn.last_updated}
+        rows.append(_row("txn", body))
     for seg in snapshot.segments:
         stats = json.dumps({"numRecords": seg.num_records}, separators=(",", ":"))
         rows.append(

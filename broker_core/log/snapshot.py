@@ -160,7 +160,13 @@ def _segment_from_add(action: Add, version: int) -> SegmentRef:
             "this topic; only spark-pubsub may write to a topic's table",
             version=version,
         )
-    return SegmentRef.from_add(action.path, action.size, action.modification_time, tags)
+    try:
+        return SegmentRef.from_add(action.path, action.size, action.modification_time, tags)
+    except (KeyError, ValueError) as exc:
+        raise LogCorrupted(
+            f"log version {version} adds {action.path!r} with malformed pubsub tags ({exc!r})",
+            version=version,
+        ) from exc
 
 
 def _build(

@@ -173,8 +173,11 @@ class TransactionLog:
                 )
                 version = snapshot.version + 1
                 payload = encode_actions([*actions, info])
+                # apply before writing: actions the log could not replay (LogCorrupted) must never
+                # reach storage, where they would poison every later reader
+                applied = snapshot.apply(version, actions)
                 if self.io.put_if_absent(commit_path(self.table_path, version), payload):
-                    snapshot = snapshot.apply(version, actions)
+                    snapshot = applied
                     self._snapshot = snapshot
                     if version % self.checkpoint_interval == 0:
                         write_checkpoint(self.io, self.table_path, snapshot)

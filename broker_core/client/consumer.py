@@ -1,0 +1,531 @@
+"""The consumer: a member of a subscription, shaped like the official ``pulsar.Consumer``.
+
+Each consumer runs one daemon thread that keeps its registration alive, flushes acknowledgments
+(grouped every ``ack_group_time_ms``, like Pulsar's ack grouping), runs the negative-ack and
+ack-timeout timers, and fills the receiver queue: Shared and Key_Shared consumers *claim* messages
+in the cursor (one commit per claim), Exclusive and the active Failover consumer read in order.
+``receive`` only takes from that queue, so it never touches storage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from broker_core.backoff import MultiplierRedeliveryBackoff
+from broker_core.client.args import check_type, check_type_or_none
+from broker_core.client.dead_letters import DeadLetters
+from broker_core.client.policies import ConsumerBatchReceivePolicy
+from broker_core.client.subscription_part import SubscriptionPart
+from broker_core.cursor import ConsumerType, Cursor
+from broker_core.errors import (
+    AlreadyClosed,
+    ConsumerBusy,
+    CumulativeAcknowledgementNotAllowedError,
+    InvalidConfiguration,
+    NotAllowedError,
+    PulsarException,
+    Timeout,
+)
+from broker_core.message import Message
+from broker_core.message_id import MessageId
+
+if TYPE_CHECKING:
+    from broker_core.client.client import Client
+
+_LOG = logging.getLogger(__name__)
+
+
+class Consumer:
+    """Receives messages of a subscription. Create with ``Client.subscribe``."""
+
+    def __init__(
+        self,
+        client: Client,
+        parts: list[SubscriptionPart],
+        *,
+        topic_label: str,
+        subscription: str,
+        consumer_name: str,
+        consumer_type: ConsumerType,
+        receiver_queue_size: int,
+        message_listener: Callable[[Consumer, Message], None] | None,
+        unacked_messages_timeout_ms: int | None,
+        negative_ack_redelivery_delay_ms: int,
+        negative_ack_backoff: MultiplierRedeliveryBackoff | None,
+        batch_receive_policy: ConsumerBatchReceivePolicy | None,
+        dead_letters: DeadLetters | None,
+        start_message_id_inclusive: bool,
+        discover: Callable[[], list[SubscriptionPart]] | None = None,
+        discovery_period_s: float = 60.0,
+    ) -> None:
+        self._client = client
+        self._parts = parts
+        self._topic_label = topic_label
+        self._subscription = subscription
+        self._name = consumer_name
+        self._type = consumer_type
+        self._queue_size = receiver_queue_size
+        self._listener = message_listener
+        self._ack_timeout_s = None if not unacked_messages_timeout_ms else unacked_messages_timeout_ms / 1000
+        self._nack_delay_ms = negative_ack_redelivery_delay_ms
+        self._nack_backoff = negative_ack_backoff
+        self._batch_policy = batch_receive_policy or ConsumerBatchReceivePolicy()
+        self._dead_letters = dead_letters
+        self._inclusive = start_message_id_inclusive
+        self._discover = discover
+        self._discovery_period_s = discovery_period_s
+        config = client._broker.config
+        self._lease_ms = config.consumer_lease_ms
+        self._delayed = config.delayed_delivery_enabled and consumer_type in (
+            ConsumerType.Shared, ConsumerType.KeyShared)
+        self._tick_ms = 10 if config.is_delayed_delivery_deliver_at_time_strict else min(
+            config.delayed_delivery_tick_time_millis, 1000)
+        self._poll_s = client._poll_ms / 1000
+        self._ack_group_s = 0.1
+        self._clock = client._clock
+        self._cv = threading.Condition()
+        self._queue: deque[Message] = deque()
+        self._unacked: dict[tuple[int, int], tuple[Message, float | None]] = {}
+        self._pending_acks: dict[int, list[int]] = {}
+        self._pending_cumulative: dict[int, int] = {}
+        self._redeliveries: dict[int, list[int]] = {}
+        self._nacks: list[tuple[float, Message]] = []
+        self._wake = threading.Event()
+        self._closed = False
+        self._paused = False
+        self._errors: deque[PulsarException] = deque(maxlen=10)
+        self._last_renew = time.monotonic()
+        self._last_ack_flush = time.monotonic()
+        self._last_discovery = time.monotonic()
+        self._seen: dict[int, tuple[int, int, int]] = {}
+        for part in parts:
+            self._attach(part)
+        self._thread = threading.Thread(target=self._run, name=f"pubsub-consumer-{consumer_name}", daemon=True)
+        self._thread.start()
+        self._listener_thread: threading.Thread | None = None
+        if message_listener is not None:
+            self._listener_thread = threading.Thread(target=self._listen, name=f"pubsub-listener-{consumer_name}",
+                                                     daemon=True)
+            self._listener_thread.start()
+
+    def _attach(self, part: SubscriptionPart) -> None:
+        part.log.add_waiter(self._wake)
+        part.store.add_waiter(self._wake)
+
+    # -- identity -----------------------------------------------------------------------------------
+
+    def topic(self) -> str:
+        return self._topic_label
+
+    def subscription_name(self) -> str:
+        return self._subscription
+
+    def consumer_name(self) -> str:
+        return self._name
+
+    def is_connected(self) -> bool:
+        return not self._closed
+
+    # -- receiving ----------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosed(f"consumer {self._name!r} on {self._topic_label} is closed")
+
+    def _take(self) -> Message:
+        msg = self._queue.popleft()
+        deadline = None if self._ack_timeout_s is None else time.monotonic() + self._ack_timeout_s
+        self._unacked[(msg._source, msg._offset)] = (msg, deadline)
+        if len(self._queue) < self._queue_size // 2:
+            self._wake.set()
+        return msg
+
+    def receive(self, timeout_millis: int | None = None) -> Message:
+        """The next message; ``Timeout`` if none arrives within ``timeout_millis`` (None: wait forever)."""
+        if self._listener is not None:
+            raise InvalidConfiguration("receive() cannot be used on a consumer with a message_listener")
+        check_type_or_none(int, timeout_millis, "timeout_millis")
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
+        with self._cv:
+            while True:
+                self._check_open()
+                if self._queue:
+                    return self._take()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise Timeout(f"no message on {self._topic_label} within {timeout_millis} ms",
+                                  topic=self._topic_label)
+                self._cv.wait(timeout=remaining)
+
+    def batch_receive(self) -> list[Message]:
+        """Messages up to the batch receive policy's limits, waiting at most its timeout."""
+        policy = self._batch_policy
+        deadline = time.monotonic() + max(policy.timeout_ms, 0) / 1000
+        out: list[Message] = []
+        size = 0
+        with self._cv:
+            while True:
+                self._check_open()
+                while self._queue and (policy.max_num_message <= 0 or len(out) < policy.max_num_message) and (
+                        policy.max_num_bytes <= 0 or size < policy.max_num_bytes):
+                    msg = self._take()
+                    out.append(msg)
+                    size += len(msg.data())
+                full = (policy.max_num_message > 0 and len(out) >= policy.max_num_message) or (
+                    policy.max_num_bytes > 0 and size >= policy.max_num_bytes)
+                remaining = deadline - time.monotonic()
+                if full or remaining <= 0:
+                    return out
+                self._cv.wait(timeout=remaining)
+
+    def _listen(self) -> None:
+        while not self._closed:
+            with self._cv:
+                while not self._closed and (not self._queue or self._paused):
+                    self._cv.wait(timeout=0.1)
+                if self._closed:
+                    return
+                msg = self._take()
+            assert self._listener is not None
+            self._listener(self, msg)
+
+    def pause_message_listener(self) -> None:
+        self._paused = True
+
+    def resume_message_listener(self) -> None:
+        with self._cv:
+            self._paused = False
+            self._cv.notify_all()
+
+    # -- acknowledgment ---------------------------------------------------------------------------
+
+    def _locate(self, message: Message | MessageId) -> tuple[int, list[int]]:
+        if isinstance(message, Message):
+            return message._source, message._chunk_offsets or [message._offset]
+        if not isinstance(message, MessageId):
+            raise InvalidConfiguration(f"expected a Message or MessageId, got {type(message).__name__}")
+        for (source, _), (msg, _) in list(self._unacked.items()):
+            if msg.message_id() == message:
+                return source, msg._chunk_offsets or [msg._offset]
+        for index, part in enumerate(self._parts):
+            if part.partition == message.partition() and part.log.snapshot().ledger_id == message.ledger_id():
+                return index, [part.log.offset_for_message_id(message, inclusive=True)]
+        raise InvalidConfiguration(f"message id {message} does not belong to {self._topic_label}")
+
+    def acknowledge(self, message: Message | MessageId) -> None:
+        """Acknowledge one message (grouped and committed within ``ack_group_time``)."""
+        self._check_open()
+        source, offsets = self._locate(message)
+        with self._cv:
+            for off in offsets:
+                self._unacked.pop((source, off), None)
+            self._pending_acks.setdefault(source, []).extend(offsets)
+
+    def acknowledge_cumulative(self, message: Message | MessageId) -> None:
+        """Acknowledge every message up to this one (Exclusive and Failover only)."""
+        self._check_open()
+        if self._type in (ConsumerType.Shared, ConsumerType.KeyShared):
+            raise CumulativeAcknowledgementNotAllowedError(
+                f"cumulative acknowledgment is not allowed on {self._type.name} subscription "
+                f"{self._subscription!r}; acknowledge messages one by one",
+            )
+        source, offsets = self._locate(message)
+        last = max(offsets)
+        with self._cv:
+            for key in [k for k in self._unacked if k[0] == source and k[1] <= last]:
+                del self._unacked[key]
+            self._pending_cumulative[source] = max(self._pending_cumulative.get(source, -1), last)
+
+    def negative_acknowledge(self, message: Message | MessageId) -> None:
+        """Ask for redelivery after the negative-ack delay (or the backoff for its redelivery count)."""
+        self._check_open()
+        source, offsets = self._locate(message)
+        with self._cv:
+            entry = self._unacked.pop((source, max(offsets)), None) or self._unacked.pop((source, offsets[0]), None)
+            msg = entry[0] if entry else message if isinstance(message, Message) else None
+            if msg is None:
+                return
+            delay_ms = (self._nack_backoff.next_delay_ms(msg.redelivery_count()) if self._nack_backoff
+                        else self._nack_delay_ms)
+            self._nacks.append((time.monotonic() + delay_ms / 1000, msg))
+        self._wake.set()
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        """Redeliver every message received and not acknowledged yet."""
+        self._check_open()
+        with self._cv:
+            msgs = [m for m, _ in self._unacked.values()]
+            self._unacked.clear()
+        self._redeliver(msgs)
+
+    def _redeliver(self, msgs: list[Message]) -> None:
+        keep: list[Message] = []
+        for msg in msgs:
+            if self._dead_letters is not None and self._dead_letters.should_dead_letter(msg):
+                self._dead_letters.send_to_dlq(msg, self._parts[msg._source])
+                self.acknowledge(msg)
+            else:
+                keep.append(msg)
+        with self._cv:
+            for msg in keep:
+                self._redeliveries.setdefault(msg._source, []).extend(msg._chunk_offsets or [msg._offset])
+        self._wake.set()
+
+    # -- other API ----------------------------------------------------------------------------------
+
+    def reconsume_later(self, message: Message, delay_millis: int, properties: dict[str, str] | None = None) -> None:
+        """Send the message to the retry letter topic with a delay, and acknowledge it here."""
+        self._check_open()
+        if self._dead_letters is None or not self._dead_letters.retry_enabled:
+            raise NotAllowedError("reconsume_later needs a consumer subscribed with retry_enable=True")
+        check_type(int, delay_millis, "delay_millis")
+        self._dead_letters.reconsume_later(message, self._parts[message._source], delay_millis, properties)
+        self.acknowledge(message)
+
+    def seek(self, messageid: MessageId | int) -> None:
+        """Reset the subscription to a message id or a publish timestamp (ms, inclusive)."""
+        self._check_open()
+        if isinstance(messageid, bool) or not isinstance(messageid, MessageId | int):
+            raise InvalidConfiguration(f"seek takes a MessageId or a timestamp in ms, got {messageid!r}")
+        self._flush_acks()
+        for part in self._parts:
+            if isinstance(messageid, int):
+                offset = part.log.offset_for_publish_time(messageid)
+            elif messageid in (MessageId.earliest, MessageId.latest) or messageid.partition() in (-1, part.partition):
+                offset = part.log.offset_for_message_id(messageid, inclusive=self._inclusive)
+            else:
+                continue
+
+            def fn(cursor: Cursor | None, offset: int = offset) -> Cursor | None:
+                if cursor is None:
+                    return None
+                cursor.seek(offset)
+                return cursor
+
+            part.store.update(fn)
+            part.read_pos = -1
+            part.chunks.clear()
+        with self._cv:
+            self._queue.clear()
+            self._unacked.clear()
+            self._nacks.clear()
+            self._redeliveries.clear()
+        self._seen.clear()
+        self._wake.set()
+
+    def get_last_message_id(self) -> MessageId:
+        """The id of the last message of the (first) topic, ``MessageId.earliest`` if empty."""
+        part = self._parts[0]
+        snap = part.log.snapshot()
+        if snap.next_offset <= snap.first_offset:
+            return MessageId.earliest
+        return part.log.message_id(snap.next_offset - 1, part.partition, snapshot=snap)
+
+    def unsubscribe(self) -> None:
+        """Delete the subscription (refused while other consumers are connected)."""
+        self._check_open()
+        now = self._clock.now_ms()
+        for part in self._parts:
+            def fn(cursor: Cursor | None) -> Cursor | None:
+                if cursor is None:
+                    return None
+                others = [n for n in cursor.live_consumers(now) if n != self._name]
+                if others:
+                    raise ConsumerBusy(
+                        f"cannot unsubscribe {self._subscription!r}: consumers {others} are still connected",
+                        subscription=self._subscription,
+                    )
+                cursor.deleted = True
+                cursor.consumers.clear()
+                return cursor
+
+            part.store.update(fn)
+        self._shutdown(leave=False)
+
+    def close(self) -> None:
+        """Flush acknowledgments and leave the subscription; a blocked ``receive`` raises AlreadyClosed."""
+        if self._closed:
+            return
+        self._shutdown(leave=True)
+
+    def _shutdown(self, *, leave: bool) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._wake.set()
+        self._thread.join(timeout=30)
+        with contextlib.suppress(PulsarException):
+            self._flush_acks()
+        for part in self._parts:
+            part.log.remove_waiter(self._wake)
+            part.store.remove_waiter(self._wake)
+            if leave:
+                with contextlib.suppress(PulsarException):
+                    part.leave()
+        if self._dead_letters is not None:
+            self._dead_letters.close()
+        self._client._forget(self)
+
+    # -- the background thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._closed:
+            try:
+                self._tick()
+            except PulsarException as exc:  # keep going: storage hiccups must not kill the consumer
+                self._errors.append(exc)
+                time.sleep(self._poll_s)
+            except Exception:  # a bug: say so loudly, but keep the consumer alive
+                _LOG.exception("consumer %s on %s: unexpected error in the dispatch loop", self._name,
+                               self._topic_label)
+                time.sleep(self._poll_s)
+            self._wake.wait(self._poll_s)
+            self._wake.clear()
+
+    def _tick(self) -> None:
+        now_s = time.monotonic()
+        now_ms = self._clock.now_ms()
+        if (now_s - self._last_renew) * 1000 >= self._lease_ms / 3:
+            self._last_renew = now_s
+            for part in self._parts:
+                if not part.renew(now_ms=now_ms, lease_ms=self._lease_ms):
+                    part.join(now_ms=now_ms, lease_ms=self._lease_ms, initial_offset=lambda: 0, auto_create=True)
+        if self._discover is not None and now_s - self._last_discovery >= self._discovery_period_s:
+            self._last_discovery = now_s
+            for part in self._discover():
+                self._parts.append(part)
+                self._attach(part)
+        self._run_timers(now_s)
+        if now_s - self._last_ack_flush >= self._ack_group_s:
+            self._flush_acks()
+        self._commit_redeliveries()
+        self._fill(now_ms)
+
+    def _run_timers(self, now_s: float) -> None:
+        due: list[Message] = []
+        with self._cv:
+            if self._nacks:
+                ready = [m for t, m in self._nacks if t <= now_s]
+                self._nacks = [(t, m) for t, m in self._nacks if t > now_s]
+                due.extend(ready)
+            if self._ack_timeout_s is not None:
+                expired = [k for k, (_, deadline) in self._unacked.items() if deadline is not None and deadline <= now_s]
+                for key in expired:
+                    due.append(self._unacked.pop(key)[0])
+        if due:
+            self._redeliver(due)
+
+    def _flush_acks(self) -> None:
+        with self._cv:
+            acks, self._pending_acks = self._pending_acks, {}
+            cumulative, self._pending_cumulative = self._pending_cumulative, {}
+        self._last_ack_flush = time.monotonic()
+        for source in set(acks) | set(cumulative):
+            offsets = acks.get(source, [])
+            upto = cumulative.get(source)
+
+            def fn(cursor: Cursor | None, offsets: list[int] = offsets, upto: int | None = upto) -> Cursor | None:
+                if cursor is None:
+                    return None
+                if upto is not None:
+                    cursor.ack_cumulative(upto)
+                if offsets:
+                    cursor.ack(offsets)
+                return cursor
+
+            self._parts[source].store.update(fn)
+
+    def _commit_redeliveries(self) -> None:
+        with self._cv:
+            pending, self._redeliveries = self._redeliveries, {}
+        for source, offsets in pending.items():
+            part = self._parts[source]
+            claimed = self._type in (ConsumerType.Shared, ConsumerType.KeyShared)
+
+            def fn(cursor: Cursor | None, offsets: list[int] = offsets) -> Cursor | None:
+                if cursor is None:
+                    return None
+                if claimed:
+                    cursor.release(self._name, offsets)
+                else:
+                    cursor.count_redelivery(offsets)
+                return cursor
+
+            part.store.update(fn)
+            if not claimed and part.read_pos >= 0:
+                part.read_pos = min(part.read_pos, min(offsets))
+            self._seen.pop(source, None)
+
+    def _fill(self, now_ms: int) -> None:
+        for index, part in enumerate(self._parts):
+            space = self._queue_size - len(self._queue)
+            if space <= 0:
+                return
+            version, cursor = part.store.load()
+            if cursor is None:
+                continue
+            # skip a part when nothing it depends on changed since it was last found drained
+            marker = (part.log.snapshot().version, version, now_ms // self._tick_ms if self._delayed else 0)
+            if self._seen.get(index) == marker:
+                continue
+            if self._type in (ConsumerType.Shared, ConsumerType.KeyShared):
+                offsets, cursor = part.claim(now_ms=now_ms, limit=space, delayed_enabled=self._delayed)
+                drained = len(offsets) < space
+            else:
+                offsets, drained = self._read_in_order(part, index, cursor, now_ms, space)
+            if drained:
+                self._seen[index] = marker
+            else:
+                self._seen.pop(index, None)
+            if offsets:
+                self._deliver(index, part, part.messages_for(offsets, cursor))
+
+    def _read_in_order(
+        self, part: SubscriptionPart, index: int, cursor: Cursor, now_ms: int, space: int
+    ) -> tuple[list[int], bool]:
+        """Offsets the Exclusive (or active Failover) consumer reads next, and whether it is drained."""
+        if not part.is_active(cursor, now_ms):
+            part.active = False
+            part.read_pos = -1
+            return [], True
+        snap = part.log.snapshot()
+        if not part.active or part.read_pos < 0:
+            part.active = True
+            part.read_pos = cursor.mark_delete
+        part.read_pos = max(part.read_pos, snap.first_offset)
+        end = min(snap.next_offset, part.read_pos + space)
+        if end <= part.read_pos:
+            return [], True
+        candidates = np.arange(part.read_pos, end, dtype=np.int64)
+        part.read_pos = end
+        fresh = ~cursor.is_acked(candidates)
+        with self._cv:
+            held = np.fromiter(((index, int(o)) in self._unacked for o in candidates), dtype=bool,
+                               count=len(candidates))
+        return candidates[fresh & ~held].tolist(), end >= snap.next_offset
+
+    def _deliver(self, index: int, part: SubscriptionPart, msgs: list[Message]) -> None:
+        ready: list[Message] = []
+        for msg in msgs:
+            msg._source = index
+            if self._dead_letters is not None and self._dead_letters.over_limit(msg):
+                self._dead_letters.send_to_dlq(msg, part)
+                with self._cv:
+                    self._pending_acks.setdefault(index, []).extend(msg._chunk_offsets or [msg._offset])
+                continue
+            ready.append(msg)
+        if ready:
+            with self._cv:
+                self._queue.extend(ready)
+                self._cv.notify_all()
+
+
+__all__ = ["Consumer"]

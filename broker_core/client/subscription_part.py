@@ -1,0 +1,277 @@
+"""One consumer's view of one internal topic of its subscription: registration, dispatch, acks.
+
+The consumer keeps one ``SubscriptionPart`` per internal topic it consumes.  Each part talks to the
+cursor through a store (durable: ``CursorStore`` on storage; non-durable: ``MemoryCursorStore``)
+and decides, with ``broker_core.dispatch``, which offsets this consumer may take next.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from broker_core.cursor import ConsumerType, Cursor, new_cursor
+from broker_core.dispatch import Window, key_shared_candidates, shared_candidates
+from broker_core.errors import SubscriptionNotFound
+from broker_core.failover import FailoverConsumer, active_consumer
+from broker_core.key_shared import KeySharedConsumer, KeySharedMode, selector_for
+from broker_core.message import Message, Schema, messages_from_rows
+from broker_core.naming import TopicName
+from broker_core.topic_log import TopicLog
+
+_SCAN_ROWS = 50_000  # rows examined per dispatch round, bounds the work behind a stuck message
+
+
+class Store(Protocol):
+    def load(self) -> tuple[int, Cursor | None]: ...
+
+    def update(self, fn: Callable[[Cursor | None], Cursor | None]) -> Cursor | None: ...
+
+    def add_waiter(self, event: threading.Event) -> None: ...
+
+    def remove_waiter(self, event: threading.Event) -> None: ...
+
+
+class MemoryCursorStore:
+    """A non-durable subscription's cursor: in memory, seen by this consumer only."""
+
+    def __init__(self) -> None:
+        self._cursor: Cursor | None = None
+        self._version = -1
+        self._lock = threading.Lock()
+
+    def load(self) -> tuple[int, Cursor | None]:
+        return self._version, self._cursor
+
+    def update(self, fn: Callable[[Cursor | None], Cursor | None]) -> Cursor | None:
+        with self._lock:
+            current = None if self._cursor is None else Cursor.from_json(self._cursor.to_json())
+            new = fn(current)
+            if new is not None:
+                self._cursor, self._version = new, self._version + 1
+            return self._cursor
+
+    def add_waiter(self, event: threading.Event) -> None:
+        return None
+
+    def remove_waiter(self, event: threading.Event) -> None:
+        return None
+
+
+class SubscriptionPart:
+    """This consumer on one internal topic."""
+
+    def __init__(
+        self,
+        *,
+        name: TopicName,
+        display_topic: str,
+        partition: int,
+        log: TopicLog,
+        store: Store,
+        subscription: str,
+        consumer_name: str,
+        sub_type: ConsumerType,
+        priority_level: int,
+        key_shared: dict[str, Any] | None,
+        schema: Schema,
+    ) -> None:
+        self.name = name
+        self.display_topic = display_topic
+        self.partition = partition
+        self.log = log
+        self.store = store
+        self.subscription = subscription
+        self.consumer_name = consumer_name
+        self.sub_type = sub_type
+        self.priority_level = priority_level
+        self.key_shared = key_shared or {}
+        self.schema = schema
+        self.read_pos = -1  # Exclusive/Failover: next offset to read while active
+        self.active = False
+        self.chunks: dict[str, list[Message]] = {}
+
+    # -- membership ----------------------------------------------------------------------------------
+
+    def join(self, *, now_ms: int, lease_ms: int, initial_offset: Callable[[], int], auto_create: bool) -> Cursor:
+        sticky = [list(r) for r in self.key_shared.get("stickyRanges", [])]
+        policy = {k: v for k, v in self.key_shared.items() if k != "stickyRanges"} or None
+
+        def fn(cursor: Cursor | None) -> Cursor:
+            if cursor is None:
+                if not auto_create:
+                    raise SubscriptionNotFound(
+                        f"subscription {self.subscription!r} does not exist on {self.name} and "
+                        "allowAutoSubscriptionCreation is off; create it first",
+                        subscription=self.subscription,
+                    )
+                cursor = new_cursor(self.subscription, self.sub_type, initial_offset())
+            cursor.add_consumer(
+                self.consumer_name, self.sub_type, now_ms=now_ms, lease_ms=lease_ms,
+                priority_level=self.priority_level, sticky_ranges=sticky, key_shared=policy,
+            )
+            if self.sub_type == ConsumerType.KeyShared:
+                self.selector(cursor, now_ms)  # refuses overlapping sticky ranges before committing
+            return cursor
+
+        cursor = self.store.update(fn)
+        assert cursor is not None
+        return cursor
+
+    def renew(self, *, now_ms: int, lease_ms: int) -> bool:
+        """Extend the lease; False when we had been expired (the caller re-joins)."""
+        alive = {"ok": True}
+
+        def fn(cursor: Cursor | None) -> Cursor | None:
+            if cursor is None or not cursor.renew(self.consumer_name, now_ms=now_ms, lease_ms=lease_ms):
+                alive["ok"] = False
+                return None
+            cursor.expire_consumers(now_ms)
+            return cursor
+
+        self.store.update(fn)
+        return alive["ok"]
+
+    def leave(self) -> None:
+        def fn(cursor: Cursor | None) -> Cursor | None:
+            if cursor is None or self.consumer_name not in cursor.consumers:
+                return None
+            cursor.remove_consumer(self.consumer_name)
+            return cursor
+
+        self.store.update(fn)
+
+    # -- who delivers what ---------------------------------------------------------------------------
+
+    def selector(self, cursor: Cursor, now_ms: int) -> tuple[Any, list[str]]:
+        live = sorted(cursor.live_consumers(now_ms).values(), key=lambda c: c.join_order)
+        consumers = [
+            KeySharedConsumer(name=c.name, join_order=c.join_order,
+                              sticky_ranges=tuple(tuple(r) for r in c.sticky_ranges))  # type: ignore[misc]
+            for c in live
+        ]
+        mode = KeySharedMode[cursor.key_shared.get("mode", "AutoSplit")]
+        selector = selector_for(mode, bool(cursor.key_shared.get("consistentHashing", False)), consumers)
+        return selector, [c.name for c in consumers]
+
+    def is_active(self, cursor: Cursor, now_ms: int) -> bool:
+        """Exclusive: always; Failover: the elected consumer of this partition."""
+        if self.sub_type == ConsumerType.Exclusive:
+            return True
+        live = cursor.live_consumers(now_ms)
+        consumers = [FailoverConsumer(c.name, c.priority_level, c.join_order) for c in live.values()]
+        chosen = active_consumer(consumers, partition_index=max(self.partition, 0), partitioned=self.partition >= 0)
+        return chosen == self.consumer_name
+
+    def window(self, start: int, end: int) -> tuple[Window, pa.Table, np.ndarray]:
+        table, offsets = self.log.read(start, end)
+        deliver = table.column("deliver_at").cast(pa.int64())
+        deliver_ms = np.where(deliver.is_null().to_numpy(zero_copy_only=False), -1,
+                              deliver.fill_null(0).to_numpy(zero_copy_only=False) // 1000)
+        chunk_id = table.column("chunk_id").fill_null(0).to_numpy(zero_copy_only=False)
+        num_chunks = table.column("num_chunks").fill_null(0).to_numpy(zero_copy_only=False)
+        window = Window(
+            offsets=offsets,
+            hashes=table.column("sticky_key_hash").to_numpy(zero_copy_only=False).astype(np.int64),
+            deliver_at_ms=deliver_ms.astype(np.int64),
+            continuation=chunk_id > 0,
+            num_chunks=num_chunks.astype(np.int32),
+        )
+        return window, table, offsets
+
+    def claim(self, *, now_ms: int, limit: int, delayed_enabled: bool) -> tuple[list[int], Cursor | None]:
+        """Claim up to ``limit`` offsets (Shared / Key_Shared); returns them and the new cursor."""
+        _, cursor = self.store.load()
+        if cursor is None:
+            return [], None
+        snap = self.log.snapshot()
+        start = max(cursor.mark_delete, snap.first_offset)
+        end = min(snap.next_offset, start + _SCAN_ROWS)
+        if start >= end:
+            return [], cursor
+        window, _, _ = self.window(start, end)
+        taken: dict[str, list[int]] = {"offsets": []}
+
+        def fn(latest: Cursor | None) -> Cursor | None:
+            if latest is None or self.consumer_name not in latest.consumers:
+                taken["offsets"] = []
+                return None
+            latest.expire_consumers(now_ms)
+            if self.consumer_name not in latest.consumers:
+                taken["offsets"] = []
+                return None
+            if self.sub_type == ConsumerType.Shared:
+                chosen = shared_candidates(latest, window, now_ms=now_ms, delayed_enabled=delayed_enabled,
+                                           limit=limit)
+            else:
+                selector, names = self.selector(latest, now_ms)
+                owner = selector.owner_of_hashes(window.hashes)
+                chosen = key_shared_candidates(
+                    latest, window, consumer=self.consumer_name, hash_owner=owner, owner_names=names,
+                    now_ms=now_ms, delayed_enabled=delayed_enabled,
+                    allow_out_of_order=bool(latest.key_shared.get("allowOutOfOrder", False)), limit=limit,
+                )
+            taken["offsets"] = chosen.tolist()
+            if not taken["offsets"]:
+                return None
+            latest.claim(self.consumer_name, taken["offsets"])
+            return latest
+
+        new_cursor_state = self.store.update(fn)
+        return taken["offsets"], new_cursor_state
+
+    def next_due_ms(self, cursor: Cursor, now_ms: int) -> int | None:
+        """The earliest future deliver-at among unacked messages in the scan window (for timers)."""
+        snap = self.log.log.cached_snapshot()
+        start = max(cursor.mark_delete, snap.first_offset)
+        end = min(snap.next_offset, start + _SCAN_ROWS)
+        if start >= end:
+            return None
+        window, _, _ = self.window(start, end)
+        pending = (window.deliver_at_ms > now_ms) & ~cursor.is_acked(window.offsets)
+        return int(window.deliver_at_ms[pending].min()) if pending.any() else None
+
+    # -- turning offsets into messages -----------------------------------------------------------
+
+    def messages_for(self, offsets: list[int], cursor: Cursor | None) -> list[Message]:
+        """Messages at ``offsets`` (ascending), chunks joined, redelivery counts from the cursor."""
+        if not offsets:
+            return []
+        table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1)
+        index = np.searchsorted(all_offsets, np.asarray(offsets, dtype=np.int64))
+        rows = table.take(pa.array(index))
+        chosen = all_offsets[index]
+        entries, batches = self.log.ids_for_offsets(chosen)
+        snap = self.log.log.cached_snapshot()
+        msgs = messages_from_rows(rows, chosen, entries, batches, ledger_id=snap.ledger_id,
+                                  partition=self.partition, topic=self.display_topic, schema=self.schema)
+        counts = cursor.redelivery if cursor is not None else {}
+        for msg in msgs:
+            msg._redelivery_count = counts.get(msg._offset, 0)
+        return self._join_chunks(rows, msgs)
+
+    def _join_chunks(self, rows: pa.Table, msgs: list[Message]) -> list[Message]:
+        if rows.column("num_chunks").null_count == rows.num_rows:
+            return msgs
+        out: list[Message] = []
+        for msg, chunk_uuid, total in zip(msgs, rows.column("chunk_uuid").to_pylist(),
+                                           rows.column("num_chunks").to_pylist(), strict=True):
+            if total is None or total <= 1:
+                out.append(msg)
+                continue
+            pieces = self.chunks.setdefault(chunk_uuid, [])
+            pieces.append(msg)
+            if len(pieces) == total:
+                del self.chunks[chunk_uuid]
+                last = pieces[-1]
+                last._data = b"".join(p._data or b"" for p in pieces)
+                last._chunk_offsets = [p._offset for p in pieces]
+                out.append(last)
+        return out
+
+
+__all__ = ["MemoryCursorStore", "Store", "SubscriptionPart"]

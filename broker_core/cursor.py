@@ -1,0 +1,296 @@
+"""A durable subscription's cursor on one internal topic: acks, claims, redeliveries, consumers.
+
+The cursor is a small JSON document committed as versioned state beside the topic
+(``<topic>/_cursors/<subscription>/<v>.json``, see ``state_store``).  Every change is a pure
+function of the previous document applied under put-if-absent, so consumers in different processes
+coordinate only through these commits.
+
+Positions are the topic's dense offsets:
+- ``markDelete``: every offset below it is acknowledged (the mark-delete position + 1);
+- ``acked``: individually acknowledged ranges above it (a batch's messages have offsets of their
+  own, so batch-index acknowledgment is simply acking those offsets);
+- ``claims``: for Shared and Key_Shared, the offsets dispatched to each consumer and not acked yet;
+- ``redelivery``: how often an unacked offset was handed out again.
+
+``markDelete`` never moves backwards except through an explicit ``seek``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from broker_core.errors import ConsumerBusy, NotAllowedError
+from broker_core.ranges import RangeSet
+
+
+class ConsumerType(enum.IntEnum):
+    """The official client's subscription types (and their numbering)."""
+
+    Exclusive = 0
+    Shared = 1
+    Failover = 2
+    KeyShared = 3
+
+
+@dataclass(slots=True)
+class ConsumerEntry:
+    """A registered consumer: who, with what priority and key ranges, alive until when."""
+
+    name: str
+    join_order: int
+    lease_expires_ms: int
+    priority_level: int = 0
+    sticky_ranges: list[list[int]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "joinOrder": self.join_order,
+            "leaseExpiresMs": self.lease_expires_ms,
+            "priorityLevel": self.priority_level,
+            "stickyRanges": self.sticky_ranges,
+        }
+
+    @classmethod
+    def from_json(cls, name: str, doc: dict[str, Any]) -> ConsumerEntry:
+        return cls(
+            name=name,
+            join_order=int(doc["joinOrder"]),
+            lease_expires_ms=int(doc["leaseExpiresMs"]),
+            priority_level=int(doc.get("priorityLevel", 0)),
+            sticky_ranges=[list(r) for r in doc.get("stickyRanges", [])],
+        )
+
+
+@dataclass(slots=True)
+class Cursor:
+    """The decoded cursor document (mutable while a commit function builds the next version)."""
+
+    subscription: str
+    sub_type: ConsumerType
+    mark_delete: int
+    acked: RangeSet = field(default_factory=RangeSet)
+    claims: dict[str, RangeSet] = field(default_factory=dict)
+    redelivery: dict[int, int] = field(default_factory=dict)
+    consumers: dict[str, ConsumerEntry] = field(default_factory=dict)
+    next_join_order: int = 0
+    key_shared: dict[str, Any] = field(default_factory=dict)
+    deleted: bool = False
+
+    # -- (de)serialisation ------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "subscription": self.subscription,
+            "type": self.sub_type.name,
+            "markDelete": self.mark_delete,
+            "acked": self.acked.to_json(),
+            "claims": {name: rs.to_json() for name, rs in self.claims.items() if rs},
+            "redelivery": {str(k): v for k, v in sorted(self.redelivery.items())},
+            "consumers": {name: c.to_json() for name, c in self.consumers.items()},
+            "nextJoinOrder": self.next_join_order,
+            "keyShared": self.key_shared,
+            "deleted": self.deleted,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Cursor:
+        return cls(
+            subscription=doc["subscription"],
+            sub_type=ConsumerType[doc["type"]],
+            mark_delete=int(doc["markDelete"]),
+            acked=RangeSet(doc.get("acked", [])),
+            claims={name: RangeSet(r) for name, r in doc.get("claims", {}).items()},
+            redelivery={int(k): int(v) for k, v in doc.get("redelivery", {}).items()},
+            consumers={n: ConsumerEntry.from_json(n, c) for n, c in doc.get("consumers", {}).items()},
+            next_join_order=int(doc.get("nextJoinOrder", 0)),
+            key_shared=dict(doc.get("keyShared", {})),
+            deleted=bool(doc.get("deleted", False)),
+        )
+
+    # -- consumers --------------------------------------------------------------------------------
+
+    def live_consumers(self, now_ms: int) -> dict[str, ConsumerEntry]:
+        return {n: c for n, c in self.consumers.items() if c.lease_expires_ms > now_ms}
+
+    def expire_consumers(self, now_ms: int) -> list[str]:
+        """Drop consumers whose lease ran out; their claimed messages become redeliverable."""
+        dead = [n for n, c in self.consumers.items() if c.lease_expires_ms <= now_ms]
+        for name in dead:
+            self.remove_consumer(name)
+        return dead
+
+    def add_consumer(
+        self,
+        name: str,
+        sub_type: ConsumerType,
+        *,
+        now_ms: int,
+        lease_ms: int,
+        priority_level: int = 0,
+        sticky_ranges: list[list[int]] | None = None,
+        key_shared: dict[str, Any] | None = None,
+    ) -> ConsumerEntry:
+        """Register a consumer, enforcing the subscription type's rules.
+
+        Raises:
+            ConsumerBusy: Exclusive with another live consumer, a type mismatch with live consumers,
+                a duplicate consumer name, or a Key_Shared policy that differs from the live ones'.
+        """
+        self.expire_consumers(now_ms)
+        if name in self.consumers:
+            raise ConsumerBusy(
+                f"a consumer named {name!r} is already connected to subscription {self.subscription!r}; "
+                "consumer names must be unique per subscription",
+                subscription=self.subscription,
+            )
+        if self.consumers and sub_type != self.sub_type:
+            raise ConsumerBusy(
+                f"subscription {self.subscription!r} is {self.sub_type.name} with connected consumers; "
+                f"a {sub_type.name} consumer cannot join until they leave",
+                subscription=self.subscription,
+            )
+        if self.consumers and sub_type == ConsumerType.Exclusive:
+            raise ConsumerBusy(
+                f"exclusive subscription {self.subscription!r} already has consumer "
+                f"{next(iter(self.consumers))!r}",
+                subscription=self.subscription,
+            )
+        if sub_type == ConsumerType.KeyShared and self.consumers and key_shared and self.key_shared:
+            if key_shared.get("mode") != self.key_shared.get("mode"):
+                raise ConsumerBusy(
+                    f"Key_Shared subscription {self.subscription!r} uses mode {self.key_shared.get('mode')}; "
+                    f"a consumer with mode {key_shared.get('mode')} cannot join",
+                    subscription=self.subscription,
+                )
+        if not self.consumers:
+            self.sub_type = sub_type
+            if key_shared is not None:
+                self.key_shared = dict(key_shared)
+        entry = ConsumerEntry(
+            name=name,
+            join_order=self.next_join_order,
+            lease_expires_ms=now_ms + lease_ms,
+            priority_level=priority_level,
+            sticky_ranges=[list(r) for r in (sticky_ranges or [])],
+        )
+        self.next_join_order += 1
+        self.consumers[name] = entry
+        return entry
+
+    def renew(self, name: str, *, now_ms: int, lease_ms: int) -> bool:
+        """Extend a consumer's lease; False if it is no longer registered (it was expired)."""
+        entry = self.consumers.get(name)
+        if entry is None:
+            return False
+        entry.lease_expires_ms = now_ms + lease_ms
+        return True
+
+    def remove_consumer(self, name: str) -> None:
+        """Unregister a consumer; its claims go back to the subscription, counted as redeliveries."""
+        self.consumers.pop(name, None)
+        claims = self.claims.pop(name, None)
+        if claims:
+            self._count_redelivery(claims.offsets())
+
+    # -- acknowledgment ---------------------------------------------------------------------------
+
+    def ack(self, offsets: list[int] | np.ndarray) -> None:
+        """Acknowledge individual offsets (idempotent; offsets below markDelete are ignored)."""
+        arr = np.asarray(offsets, dtype=np.int64)
+        arr = arr[arr >= self.mark_delete]
+        if not len(arr):
+            return
+        self.acked.add_offsets(arr.tolist())
+        for rs in self.claims.values():
+            rs.remove_offsets(arr.tolist())
+        for off in arr.tolist():
+            self.redelivery.pop(off, None)
+        self._advance()
+
+    def ack_cumulative(self, offset: int) -> None:
+        """Acknowledge every offset up to and including ``offset``."""
+        if offset + 1 <= self.mark_delete:
+            return
+        self.mark_delete = offset + 1
+        self._trim_below_mark_delete()
+        self._advance()
+
+    def _advance(self) -> None:
+        start = self.acked.first_start()
+        while start is not None and start <= self.mark_delete:
+            end = self.acked._ends[0]
+            self.mark_delete = max(self.mark_delete, end)
+            self.acked.remove(start, end)
+            start = self.acked.first_start()
+        self._trim_below_mark_delete()
+
+    def _trim_below_mark_delete(self) -> None:
+        floor = self.mark_delete
+        self.acked.remove_below(floor)
+        for rs in self.claims.values():
+            rs.remove_below(floor)
+        if self.redelivery:
+            self.redelivery = {k: v for k, v in self.redelivery.items() if k >= floor}
+
+    def is_acked(self, offsets: np.ndarray) -> np.ndarray:
+        return (offsets < self.mark_delete) | self.acked.contains_array(offsets)
+
+    # -- dispatch bookkeeping ---------------------------------------------------------------------
+
+    def claim(self, consumer: str, offsets: list[int]) -> None:
+        if consumer not in self.consumers:
+            raise NotAllowedError(
+                f"consumer {consumer!r} is not registered on {self.subscription!r} (its lease expired)",
+                subscription=self.subscription,
+            )
+        self.claims.setdefault(consumer, RangeSet()).add_offsets(offsets)
+
+    def claimed_by(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+        """All claimed ranges as (starts, ends, owner index, owner names), sorted by start."""
+        rows: list[tuple[int, int, int]] = []
+        names = list(self.claims)
+        for index, name in enumerate(names):
+            for s, e in self.claims[name].to_json():
+                rows.append((s, e, index))
+        rows.sort()
+        if not rows:
+            empty = np.empty(0, np.int64)
+            return empty, empty, empty, names
+        arr = np.asarray(rows, dtype=np.int64)
+        return arr[:, 0], arr[:, 1], arr[:, 2], names
+
+    def release(self, consumer: str, offsets: list[int], *, count_redelivery: bool = True) -> None:
+        """Give claimed offsets back (nack, ack timeout, redeliver) so they are dispatched again."""
+        rs = self.claims.get(consumer)
+        live = [o for o in offsets if o >= self.mark_delete and o not in self.acked]
+        if rs is not None:
+            rs.remove_offsets(live)
+        if count_redelivery:
+            self._count_redelivery(live)
+
+    def count_redelivery(self, offsets: list[int]) -> None:
+        """Record a redelivery of offsets that were not claimed (Exclusive/Failover nack, timeout)."""
+        self._count_redelivery(o for o in offsets if o >= self.mark_delete and o not in self.acked)
+
+    def _count_redelivery(self, offsets: Any) -> None:
+        for off in offsets:
+            if off >= self.mark_delete:
+                self.redelivery[off] = self.redelivery.get(off, 0) + 1
+
+    def seek(self, offset: int) -> None:
+        """Reset the cursor to ``offset`` (the one operation that may move it backwards)."""
+        self.mark_delete = offset
+        self.acked = RangeSet()
+        self.claims = {}
+        self.redelivery = {}
+
+
+def new_cursor(subscription: str, sub_type: ConsumerType, mark_delete: int) -> Cursor:
+    return Cursor(subscription=subscription, sub_type=sub_type, mark_delete=mark_delete)
+
+
+__all__ = ["ConsumerEntry", "ConsumerType", "Cursor", "new_cursor"]

@@ -1,0 +1,89 @@
+"""Where cursors live: ``<topic>/_cursors/<subscription>/<v>.json``, one handle per process.
+
+Consumers in one process share a ``CursorStore`` per (topic, subscription), so a change made by one
+of them (an ack, a release, a consumer leaving) wakes the others at once; other processes see it at
+their next poll, which is a stat of the next version file.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+
+from broker_core.cursor import Cursor
+from broker_core.errors import InvalidConfiguration
+from broker_core.state_store import VersionedState
+from broker_core.storage import FileIO
+
+_SUBSCRIPTION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,254}$")
+CURSORS_DIR = "_cursors"
+
+
+def validate_subscription_name(name: object) -> str:
+    """Subscription names become directory names, so they follow the topic-part rules."""
+    if not isinstance(name, str) or not _SUBSCRIPTION_RE.match(name):
+        raise InvalidConfiguration(
+            f"invalid subscription name {name!r}: use 1-255 ASCII letters, digits, '-', '_', '=' or '.', "
+            "starting with a letter or digit",
+            subscription=name,
+        )
+    return name
+
+
+class CursorStore:
+    """The cursor of one subscription on one internal topic."""
+
+    def __init__(self, io: FileIO, topic_path: str, subscription: str) -> None:
+        self.topic_path = topic_path
+        self.subscription = validate_subscription_name(subscription)
+        self.state = VersionedState(io, f"{topic_path}/{CURSORS_DIR}/{subscription}", keep_versions=50)
+        self._waiters: set[threading.Event] = set()
+        self._waiters_lock = threading.Lock()
+
+    def load(self) -> tuple[int, Cursor | None]:
+        """The newest cursor version (polls storage); None if the subscription does not exist."""
+        version, doc = self.state.latest()
+        if doc is None:
+            return version, None
+        cursor = Cursor.from_json(doc)
+        return version, None if cursor.deleted else cursor
+
+    def update(self, fn: Callable[[Cursor | None], Cursor | None]) -> Cursor | None:
+        """Commit ``fn(latest)``; ``fn`` returns None for "no change". Re-run on a lost race."""
+
+        def apply(doc: dict[str, object] | None) -> dict[str, object] | None:
+            current = Cursor.from_json(doc) if doc is not None else None
+            if current is not None and current.deleted:
+                current = None
+            new = fn(current)
+            return None if new is None else new.to_json()
+
+        _, doc = self.state.update(apply)
+        self.notify()
+        if doc is None:
+            return None
+        cursor = Cursor.from_json(doc)
+        return None if cursor.deleted else cursor
+
+    def add_waiter(self, event: threading.Event) -> None:
+        with self._waiters_lock:
+            self._waiters.add(event)
+
+    def remove_waiter(self, event: threading.Event) -> None:
+        with self._waiters_lock:
+            self._waiters.discard(event)
+
+    def notify(self) -> None:
+        with self._waiters_lock:
+            waiters = list(self._waiters)
+        for event in waiters:
+            event.set()
+
+
+def list_subscriptions(io: FileIO, topic_path: str) -> list[str]:
+    """Names of the subscriptions that have (or had) a cursor on an internal topic."""
+    return [n for n in io.list_dir(f"{topic_path}/{CURSORS_DIR}") if _SUBSCRIPTION_RE.match(n)]
+
+
+__all__ = ["CURSORS_DIR", "CursorStore", "list_subscriptions", "validate_subscription_name"]
