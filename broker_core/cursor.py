@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from broker_core.errors import ConsumerBusy, NotAllowedError
+from broker_core.key_shared import merge_regions, split_regions
 from broker_core.ranges import RangeSet
 
 
@@ -179,7 +180,15 @@ class Cursor:
         )
         self.next_join_order += 1
         self.consumers[name] = entry
+        if self._auto_split_ranges():
+            regions = [tuple(r) for r in self.key_shared.get("regions", [])]
+            self.key_shared["regions"] = [list(r) for r in split_regions(regions, name)]  # type: ignore[arg-type]
         return entry
+
+    def _auto_split_ranges(self) -> bool:
+        """AUTO_SPLIT hash ranges depend on the join/leave history, so the cursor keeps the layout."""
+        return (self.sub_type == ConsumerType.KeyShared and self.key_shared.get("mode", "AutoSplit") == "AutoSplit"
+                and not self.key_shared.get("consistentHashing", False))
 
     def renew(self, name: str, *, now_ms: int, lease_ms: int) -> bool:
         """Extend a consumer's lease; False if it is no longer registered (it was expired)."""
@@ -192,6 +201,9 @@ class Cursor:
     def remove_consumer(self, name: str) -> None:
         """Unregister a consumer; its claims go back to the subscription, counted as redeliveries."""
         self.consumers.pop(name, None)
+        if self._auto_split_ranges() and "regions" in self.key_shared:
+            regions = [tuple(r) for r in self.key_shared["regions"]]
+            self.key_shared["regions"] = [list(r) for r in merge_regions(regions, name)]  # type: ignore[arg-type]
         claims = self.claims.pop(name, None)
         if claims:
             self._count_redelivery(claims.offsets())

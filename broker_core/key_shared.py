@@ -252,17 +252,22 @@ class AutoSplitHashRangeSelector(_SlotSelector):
 
     def remove(self, name: str) -> bool:
         """Merge ``name``'s region into its right neighbour (left if rightmost)."""
-        at = next((i for i, region in enumerate(self._regions) if region[2] == name), None)
-        if at is None:
+        if not any(region[2] == name for region in self._regions):
             return False
-        regions = list(self._regions)
-        start, end, _ = regions.pop(at)
-        if at < len(regions):
-            regions[at] = (start, regions[at][1], regions[at][2])
-        elif at > 0:
-            regions[at - 1] = (regions[at - 1][0], end, regions[at - 1][2])
-        self._commit(tuple(c for c in self._consumers if c.name != name), regions)
+        self._commit(tuple(c for c in self._consumers if c.name != name), merge_regions(self._regions, name))
         return True
+
+    @classmethod
+    def from_regions(
+        cls, consumers: Iterable[KeySharedConsumer], regions: Iterable[tuple[int, int, str]]
+    ) -> AutoSplitHashRangeSelector:
+        """A selector with a layout kept elsewhere (the cursor stores it, so every process agrees on
+        the history-dependent layout); regions of consumers not in ``consumers`` own nothing."""
+        selector = cls(())
+        listed = tuple(consumers)
+        names = {c.name for c in listed}
+        selector._commit(listed, [r for r in regions if r[2] in names])
+        return selector
 
     def _commit(self, consumers: tuple[KeySharedConsumer, ...], regions: list[tuple[int, int, str]]) -> None:
         index = {c.name: i for i, c in enumerate(consumers)}
@@ -290,6 +295,26 @@ def _split_for(regions: list[tuple[int, int, str]], name: str) -> list[tuple[int
         )
     middle = start + size // 2
     return [*regions[:at], (start, middle - 1, name), (middle, end, owner), *regions[at + 1 :]]
+
+
+def split_regions(regions: list[tuple[int, int, str]], name: str) -> list[tuple[int, int, str]]:
+    """The AUTO_SPLIT layout after ``name`` joins."""
+    return _split_for(regions, name)
+
+
+def merge_regions(regions: list[tuple[int, int, str]], name: str) -> list[tuple[int, int, str]]:
+    """The AUTO_SPLIT layout after ``name`` leaves: its region joins the right neighbour's (left if
+    it was rightmost)."""
+    at = next((i for i, region in enumerate(regions) if region[2] == name), None)
+    if at is None:
+        return list(regions)
+    out = list(regions)
+    start, end, _ = out.pop(at)
+    if at < len(out):
+        out[at] = (start, out[at][1], out[at][2])
+    elif at > 0:
+        out[at - 1] = (out[at - 1][0], end, out[at - 1][2])
+    return out
 
 
 @functools.lru_cache(maxsize=8192)
@@ -468,5 +493,7 @@ __all__ = [
     "KeySharedMode",
     "KeySharedSelector",
     "StickySelector",
+    "merge_regions",
     "selector_for",
+    "split_regions",
 ]

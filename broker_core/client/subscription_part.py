@@ -18,7 +18,7 @@ from broker_core.cursor import ConsumerType, Cursor, new_cursor
 from broker_core.dispatch import Window, key_shared_candidates, shared_candidates
 from broker_core.errors import SubscriptionNotFound
 from broker_core.failover import FailoverConsumer, active_consumer
-from broker_core.key_shared import KeySharedConsumer, KeySharedMode, selector_for
+from broker_core.key_shared import AutoSplitHashRangeSelector, KeySharedConsumer, KeySharedMode, selector_for
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.naming import TopicName
 from broker_core.topic_log import TopicLog
@@ -155,7 +155,12 @@ class SubscriptionPart:
             for c in live
         ]
         mode = KeySharedMode[cursor.key_shared.get("mode", "AutoSplit")]
-        selector = selector_for(mode, bool(cursor.key_shared.get("consistentHashing", False)), consumers)
+        consistent = bool(cursor.key_shared.get("consistentHashing", False))
+        if mode == KeySharedMode.AutoSplit and not consistent and "regions" in cursor.key_shared:
+            regions = [(int(s), int(e), str(n)) for s, e, n in cursor.key_shared["regions"]]
+            selector: Any = AutoSplitHashRangeSelector.from_regions(consumers, regions)
+        else:
+            selector = selector_for(mode, consistent, consumers)
         return selector, [c.name for c in consumers]
 
     def is_active(self, cursor: Cursor, now_ms: int) -> bool:
