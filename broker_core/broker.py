@@ -9,19 +9,21 @@ processes see it at their next poll of the log (a stat of the next version file)
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 from broker_core.admin import Admin, topic_dir
 from broker_core.config import BrokerConfig, load_broker_config
 from broker_core.cursor import ConsumerType, Cursor, new_cursor
 from broker_core.cursor_store import CursorStore
-from broker_core.errors import NotAllowedError
+from broker_core.errors import InvalidConfiguration, NotAllowedError
 from broker_core.naming import TopicName
 from broker_core.storage import FileIO, file_io_for
 from broker_core.topic_log import TopicLog
 
 BROKER_CONF_PATH = "_pubsub/broker.toml"
 
+_PATTERN_PREFIX = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/")
 _REGISTRY_LOCK = threading.Lock()
 _BROKERS: dict[tuple[str, BrokerConfig | None], Broker] = {}
 _TOPIC_LOGS: dict[tuple[str, str], TopicLog] = {}
@@ -113,6 +115,24 @@ class Broker:
 
             self.cursor_store(partition, subscription).update(fn)
         return created
+
+    def match_topics(self, pattern: str) -> tuple[str, list[str]]:
+        """The namespace a topic pattern watches and the existing topics it fully matches.
+
+        The pattern must start with ``persistent://tenant/namespace/`` so the namespace is known.
+        """
+        match = _PATTERN_PREFIX.match(pattern)
+        if match is None:
+            raise InvalidConfiguration(
+                f"topic pattern {pattern!r} must start with 'persistent://tenant/namespace/' so the namespace "
+                "to watch is known"
+            )
+        namespace = f"{match.group(2)}/{match.group(3)}"
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise InvalidConfiguration(f"topic pattern {pattern!r} is not a valid regex: {exc}") from exc
+        return namespace, [t for t in self.admin.list_topics(namespace) if regex.fullmatch(t)]
 
     def partitions(self, topic: str | TopicName, *, auto_create: bool = True) -> list[TopicName]:
         """Resolve a topic to its internal topics (auto-creating per the broker config)."""

@@ -134,6 +134,7 @@ class Cursor:
         priority_level: int = 0,
         sticky_ranges: list[list[int]] | None = None,
         key_shared: dict[str, Any] | None = None,
+        takeover: bool = False,
     ) -> ConsumerEntry:
         """Register a consumer, enforcing the subscription type's rules.
 
@@ -142,6 +143,12 @@ class Cursor:
                 a duplicate consumer name, or a Key_Shared policy that differs from the live ones'.
         """
         self.expire_consumers(now_ms)
+        if takeover and name in self.consumers:
+            # the same consumer restarting (a Spark query from its checkpoint): keep its claims
+            entry = self.consumers[name]
+            entry.lease_expires_ms = now_ms + lease_ms
+            entry.priority_level = priority_level
+            return entry
         if name in self.consumers:
             raise ConsumerBusy(
                 f"a consumer named {name!r} is already connected to subscription {self.subscription!r}; "

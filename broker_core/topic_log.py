@@ -56,6 +56,17 @@ class AppendResult:
         return int(self.kept.sum())
 
 
+@dataclass(frozen=True, slots=True)
+class StagedSegment:
+    """A segment file written but not yet committed (see ``TopicLog.stage``)."""
+
+    path: str
+    size_bytes: int
+    num_records: int
+    min_publish_ms: int
+    max_publish_ms: int
+
+
 class _Rewrite(Exception):
     def __init__(self, keep: np.ndarray) -> None:
         super().__init__("rewrite")
@@ -280,6 +291,62 @@ class TopicLog:
             self.notify()
             return AppendResult(version=result.version, segment=written.get("seg"), kept=keep)
 
+    def stage(self, table: pa.Table, *, compression: CompressionType = CompressionType.NONE) -> StagedSegment:
+        """Write ``table`` (``SEGMENT_SCHEMA``) as a segment nobody references yet.
+
+        This is the executor half of a distributed write: a driver later makes staged segments visible
+        with ``commit_staged`` (or leaves them as orphans for vacuum if the write is aborted).
+        """
+        path = f"part-{uuid.uuid4().hex}{_suffix(compression)}.parquet"
+        data = encode_segment(table, compression=compression)
+        self.io.write_new(f"{self.path}/{path}", data)
+        publish = pc.min_max(table.column("publish_time").cast(pa.int64()))
+        lo, hi = publish["min"].as_py(), publish["max"].as_py()
+        return StagedSegment(path=path, size_bytes=len(data), num_records=table.num_rows,
+                             min_publish_ms=(lo or 0) // 1000, max_publish_ms=(hi or 0) // 1000)
+
+    def commit_staged(
+        self, staged: list[StagedSegment], *, txn: tuple[str, int] | None = None, operation: str = "WRITE"
+    ) -> int | None:
+        """Make staged segments visible in one commit, each one entry (a batch), in the given order.
+
+        With ``txn=(app_id, version)`` the commit is idempotent: if the log already records that app
+        id at ``version`` or later, nothing is committed, the staged files are deleted (they are
+        duplicates of data committed by an earlier attempt) and None is returned.
+        """
+        staged = [s for s in staged if s.num_records > 0]
+
+        def build(snap: Snapshot) -> list[Action]:
+            if txn is not None:
+                prior = snap.txn_version(txn[0])
+                if prior is not None and prior >= txn[1]:
+                    raise NothingToCommit(f"{txn[0]} already at {prior}")
+            now_ms = int(time.time() * 1000)
+            actions: list[Action] = []
+            offset, entry = snap.next_offset, snap.next_entry_id
+            for seg in staged:
+                ref = SegmentRef(path=seg.path, base_offset=offset, num_records=seg.num_records,
+                                 base_entry_id=entry, layout=[seg.num_records], size_bytes=seg.size_bytes,
+                                 min_publish_ms=seg.min_publish_ms, max_publish_ms=seg.max_publish_ms,
+                                 modification_time_ms=now_ms)
+                actions.append(Add(path=seg.path, size=seg.size_bytes, modificationTime=now_ms, dataChange=True,
+                                   stats=f'{{"numRecords":{seg.num_records}}}', tags=ref.tags()))
+                offset, entry = ref.end_offset, ref.end_entry_id
+            if txn is not None:
+                actions.append(Txn(appId=txn[0], version=txn[1], lastUpdated=now_ms))
+            actions.append(Txn(appId=TXN_NEXT_OFFSET, version=offset, lastUpdated=now_ms))
+            actions.append(Txn(appId=TXN_NEXT_ENTRY_ID, version=entry, lastUpdated=now_ms))
+            return actions
+
+        try:
+            result = self.log.commit(build, operation=operation, parameters={"mode": "Append"})
+        except NothingToCommit:
+            for seg in staged:
+                self._discard(seg.path)
+            return None
+        self.notify()
+        return result.version
+
     def bump_producer_epoch(self) -> int:
         """Fence every producer that holds the current epoch; return the new epoch."""
 
@@ -427,4 +494,4 @@ def _suffix(compression: CompressionType) -> str:
     return "" if compression == CompressionType.NONE else "." + CompressionType(compression).name.lower()
 
 
-__all__ = ["AppendResult", "TopicLog", "dedup_keep_mask", "filter_layout"]
+__all__ = ["AppendResult", "StagedSegment", "TopicLog", "dedup_keep_mask", "filter_layout"]

@@ -1,10 +1,20 @@
-"""The Spark connector for spark-pubsub (Python Data Source API).
+"""The Spark connector for spark-pubsub: ``format("pubsub")`` for streaming and batch reads and writes.
 
 It stays thin: options are parsed into typed models and every messaging decision is made by
-``broker_core``.  The data source itself arrives with the connector issue; this package exists so the
-layout (and the import direction: spark_pubsub imports broker_core, never the reverse) is fixed now.
+``broker_core``.  ``register(spark)`` makes the format available in a session; the companion
+``pyspark_pubsub`` module also lets Spark discover it on its own (fresh sessions, spark-submit).
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import Any
+
+from spark_pubsub.source import PubSubDataSource
+
+
+def register(spark: Any) -> None:
+    """Make ``format("pubsub")`` available in ``spark`` (idempotent)."""
+    spark.dataSource.register(PubSubDataSource)
+
+
+__all__ = ["PubSubDataSource", "register"]

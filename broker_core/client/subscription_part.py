@@ -97,7 +97,10 @@ class SubscriptionPart:
 
     # -- membership ----------------------------------------------------------------------------------
 
-    def join(self, *, now_ms: int, lease_ms: int, initial_offset: Callable[[], int], auto_create: bool) -> Cursor:
+    def join(
+        self, *, now_ms: int, lease_ms: int, initial_offset: Callable[[], int], auto_create: bool,
+        takeover: bool = False,
+    ) -> Cursor:
         sticky = [list(r) for r in self.key_shared.get("stickyRanges", [])]
         policy = {k: v for k, v in self.key_shared.items() if k != "stickyRanges"} or None
 
@@ -112,7 +115,7 @@ class SubscriptionPart:
                 cursor = new_cursor(self.subscription, self.sub_type, initial_offset())
             cursor.add_consumer(
                 self.consumer_name, self.sub_type, now_ms=now_ms, lease_ms=lease_ms,
-                priority_level=self.priority_level, sticky_ranges=sticky, key_shared=policy,
+                priority_level=self.priority_level, sticky_ranges=sticky, key_shared=policy, takeover=takeover,
             )
             if self.sub_type == ConsumerType.KeyShared:
                 self.selector(cursor, now_ms)  # refuses overlapping sticky ranges before committing
@@ -188,14 +191,19 @@ class SubscriptionPart:
         )
         return window, table, offsets
 
-    def claim(self, *, now_ms: int, limit: int, delayed_enabled: bool) -> tuple[list[int], Cursor | None]:
-        """Claim up to ``limit`` offsets (Shared / Key_Shared); returns them and the new cursor."""
+    def claim(
+        self, *, now_ms: int, limit: int, delayed_enabled: bool, max_offset: int | None = None
+    ) -> tuple[list[int], Cursor | None]:
+        """Claim up to ``limit`` offsets (Shared / Key_Shared) below ``max_offset`` if given;
+        returns them and the new cursor."""
         _, cursor = self.store.load()
         if cursor is None:
             return [], None
         snap = self.log.snapshot()
         start = max(cursor.mark_delete, snap.first_offset)
         end = min(snap.next_offset, start + _SCAN_ROWS)
+        if max_offset is not None:
+            end = min(end, max_offset)
         if start >= end:
             return [], cursor
         window, _, _ = self.window(start, end)

@@ -1,0 +1,48 @@
+"""``spark.read.format("pubsub")``: a bounded read between starting and ending offsets or times."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from broker_core.errors import InvalidConfiguration
+from spark_pubsub.offsets import PartitionPlanner, parse_offsets_spec, parse_starting_offsets
+from spark_pubsub.options import SourceOptions
+from spark_pubsub.scan_partition import ScanPartition, read_scan_partition
+
+
+class PubSubBatchReader(DataSourceReader):
+    """Reads every live message between ``startingOffsets`` (default earliest) and ``endingOffsets``
+    (default latest), or between ``startingTimestamp`` and ``endingTimestamp`` (publish time)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        for name, value in (("subscription", options.subscription), ("maxMessagesPerTrigger",
+                            options.max_messages_per_trigger), ("minMessagesPerTrigger",
+                            options.min_messages_per_trigger), ("maxBytesPerTrigger", options.max_bytes_per_trigger)):
+            if value:
+                raise InvalidConfiguration(
+                    f"option {name} applies to streaming queries (spark.readStream), not to spark.read",
+                    option=name,
+                )
+        self.options = options
+        self.planner = PartitionPlanner(options)
+        start = parse_starting_offsets(self.planner, options, default="earliest")
+        if options.ending_timestamp is not None:
+            if options.ending_offsets is not None:
+                raise InvalidConfiguration("give endingOffsets or endingTimestamp, not both", option="endingTimestamp")
+            end = self.planner.timestamp_positions(options.ending_timestamp)
+        else:
+            end = parse_offsets_spec(self.planner, options.ending_offsets or "latest", "endingOffsets")
+        self.start: dict[str, Any] = {"v": 1, "parts": start}
+        self.end: dict[str, Any] = {"v": 1, "parts": end}
+
+    def partitions(self) -> list[InputPartition]:
+        return list(self.planner.plan(self.start, self.end))
+
+    def read(self, partition: InputPartition) -> Any:
+        assert isinstance(partition, ScanPartition)
+        return read_scan_partition(partition)
+
+
+__all__ = ["PubSubBatchReader"]

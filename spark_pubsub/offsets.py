@@ -1,0 +1,353 @@
+"""Driver-side planning: topic resolution, offsets, admission control, claims and acknowledgments.
+
+Every decision about *which* messages belong to a subscription is delegated to ``broker_core``
+(``SubscriptionPart.claim``, the cursor); this module turns those decisions into Spark offsets (JSON
+dicts of plain values) and input partitions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from broker_core.broker import Broker
+from broker_core.client.subscription_part import SubscriptionPart
+from broker_core.cursor import ConsumerType, Cursor
+from broker_core.errors import InvalidConfiguration, OperationNotSupported
+from broker_core.message import BytesSchema
+from broker_core.naming import TopicName
+from broker_core.ranges import RangeSet
+from broker_core.scan import ScanTask, split_slots
+from spark_pubsub.options import SourceOptions
+from spark_pubsub.scan_partition import ScanPartition
+
+_TYPES = {"Exclusive": ConsumerType.Exclusive, "Failover": ConsumerType.Failover, "Shared": ConsumerType.Shared,
+          "Key_Shared": ConsumerType.KeyShared}
+_DISCOVERY_S = 1.0
+
+
+class PartitionPlanner:
+    """Resolves topics and plans batches; holds driver-only state that is dropped when pickled."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        if options.read_compacted:
+            raise OperationNotSupported("option readCompacted: topic compaction is not available yet")
+        self.options = options
+        self._broker: Broker | None = None
+        self._topics: list[tuple[TopicName, str, int]] = []
+        self._discovered_s = 0.0
+        self._parts: dict[str, SubscriptionPart] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_broker": None, "_topics": [], "_discovered_s": 0.0, "_parts": {}}
+
+    # -- topics -------------------------------------------------------------------------------------
+
+    @property
+    def broker(self) -> Broker:
+        if self._broker is None:
+            self._broker = Broker.for_url(self.options.root)
+        return self._broker
+
+    @property
+    def lease_ms(self) -> int:
+        return self.options.lease_renew_ms or self.broker.config.consumer_lease_ms
+
+    def internal_topics(self) -> list[tuple[TopicName, str, int]]:
+        """(internal topic, display name, partition index) of every subscribed topic, refreshed for
+        pattern subscriptions at most once a second so new matching topics are picked up."""
+        now = time.monotonic()
+        if self._topics and (self.options.topics_pattern is None or now - self._discovered_s < _DISCOVERY_S):
+            return self._topics
+        self._discovered_s = now
+        if self.options.topics_pattern:
+            _, names = self.broker.match_topics(self.options.topics_pattern)
+        elif self.options.topics:
+            names = [t.strip() for t in self.options.topics.split(",") if t.strip()]
+        else:
+            names = [self.options.topic or ""]
+        out: list[tuple[TopicName, str, int]] = []
+        for name in names:
+            topic = TopicName.parse(name)
+            if not topic.is_persistent:
+                raise OperationNotSupported(f"{topic} is non-persistent: Spark reads persistent topics only")
+            partitions = self.broker.partitions(topic)
+            partitioned = len(partitions) > 1 or partitions[0] != topic
+            for index, part in enumerate(partitions):
+                out.append((part, str(part), index if partitioned else -1))
+        self._topics = out
+        return out
+
+    def _log(self, name: TopicName) -> Any:
+        return self.broker.topic_log(name)
+
+    def latest_positions(self) -> dict[str, int]:
+        return {display: self._log(t).snapshot().next_offset for t, display, _ in self.internal_topics()}
+
+    def earliest_positions(self) -> dict[str, int]:
+        return {display: self._log(t).snapshot().first_offset for t, display, _ in self.internal_topics()}
+
+    def timestamp_positions(self, timestamp_ms: int) -> dict[str, int]:
+        return {display: self._log(t).offset_for_publish_time(timestamp_ms) for t, display, _ in self.internal_topics()}
+
+    # -- subscription -------------------------------------------------------------------------------
+
+    def _part(self, consumer: str, topic: TopicName, display: str, index: int) -> SubscriptionPart:
+        part = self._parts.get(display)
+        if part is None:
+            opts = self.options
+            key_shared = None
+            if opts.subscription_type == "Key_Shared":
+                key_shared = {"mode": opts.key_shared_mode, "allowOutOfOrder": opts.allow_out_of_order_delivery,
+                              "consistentHashing": self.broker.config.subscription_key_shared_use_consistent_hashing,
+                              "stickyRanges": [list(r) for r in opts.sticky_range_list]}
+            assert opts.subscription is not None
+            part = SubscriptionPart(
+                name=topic, display_topic=display, partition=index, log=self._log(topic),
+                store=self.broker.cursor_store(topic, opts.subscription), subscription=opts.subscription,
+                consumer_name=consumer, sub_type=_TYPES[opts.subscription_type], priority_level=opts.priority_level,
+                key_shared=key_shared, schema=BytesSchema(),
+            )
+            self._parts[display] = part
+        return part
+
+    def join(self, consumer: str) -> None:
+        """Register the query as a consumer on every internal topic (taking over its own old lease)."""
+        earliest = self.options.subscription_initial_position == "Earliest"
+        for topic, display, index in self.internal_topics():
+            part = self._part(consumer, topic, display, index)
+            log = part.log
+
+            def initial(log: Any = log) -> int:
+                snap = log.snapshot()
+                return snap.first_offset if earliest else snap.next_offset
+
+            part.join(now_ms=int(time.time() * 1000), lease_ms=self.lease_ms, initial_offset=initial,
+                      auto_create=self.broker.config.allow_auto_subscription_creation, takeover=True)
+
+    def renew(self, consumer: str) -> None:
+        for part in list(self._parts.values()):
+            if not part.renew(now_ms=int(time.time() * 1000), lease_ms=self.lease_ms):
+                part.join(now_ms=int(time.time() * 1000), lease_ms=self.lease_ms, initial_offset=lambda: 0,
+                          auto_create=True, takeover=True)
+
+    def stop(self, consumer: str) -> None:
+        """Range mode leaves (nothing is claimed); claim mode keeps its claims until the lease lapses
+        or the same consumerName restarts, because the last batch is committed only by the next run."""
+        if self.options.subscription_type in ("Exclusive", "Failover"):
+            for part in self._parts.values():
+                part.leave()
+
+    def cursor_positions(self, consumer: str) -> dict[str, int]:
+        out = {}
+        for topic, display, index in self.internal_topics():
+            _, cursor = self._part(consumer, topic, display, index).store.load()
+            out[display] = cursor.mark_delete if cursor is not None else self._log(topic).snapshot().next_offset
+        return out
+
+    # -- admission control ----------------------------------------------------------------------------
+
+    def advance(
+        self, start: dict[str, Any], *, max_rows: int | None, max_bytes: int | None, min_rows: int | None,
+        target: dict[str, int] | None,
+    ) -> dict[str, Any]:
+        """Range mode: the next end offsets under the read limits (``start`` when nothing to read)."""
+        positions = dict(start.get("parts", {}))
+        latest = self.latest_positions()
+        earliest = self.earliest_positions()
+        available: dict[str, int] = {}
+        for name, last in latest.items():
+            begin = positions.setdefault(name, earliest[name])  # new partition or topic: from its start
+            cap = min(last, target.get(name, begin) if target is not None else last)
+            available[name] = max(0, cap - begin)
+        total = sum(available.values())
+        if total == 0 or (min_rows and total < min_rows):
+            return start
+        budget = total if max_rows is None else min(total, max_rows)
+        if max_bytes is not None:
+            budget = min(budget, max(1, max_bytes // self._avg_message_bytes()))
+        end = dict(positions)
+        remaining = budget
+        # fair share: spread the budget over partitions with data, round by round
+        while remaining > 0:
+            holders = [n for n, a in available.items() if a > 0]
+            if not holders:
+                break
+            share = max(1, remaining // len(holders))
+            for name in holders:
+                take = min(share, available[name], remaining)
+                end[name] += take
+                available[name] -= take
+                remaining -= take
+                if remaining == 0:
+                    break
+        return {"v": 1, "parts": end}
+
+    def _avg_message_bytes(self) -> int:
+        sizes = records = 0
+        for topic, _, _ in self.internal_topics():
+            for seg in self._log(topic).log.cached_snapshot().segments[-8:]:
+                sizes += seg.size_bytes
+                records += seg.num_records
+        return max(1, sizes // records) if records else 1024
+
+    def claim(
+        self, consumer: str, start: dict[str, Any], *, max_rows: int | None, max_bytes: int | None,
+        min_rows: int | None, target: dict[str, int] | None,
+    ) -> dict[str, Any]:
+        """Claim mode: claim the next messages in the cursor; the end offset lists exactly them."""
+        budget = max_rows if max_rows is not None else 1_000_000
+        if max_bytes is not None:
+            budget = min(budget, max(1, max_bytes // self._avg_message_bytes()))
+        now_ms = int(time.time() * 1000)
+        if min_rows:
+            backlog = 0
+            for topic, display, index in self.internal_topics():
+                _, cursor = self._part(consumer, topic, display, index).store.load()
+                if cursor is not None:
+                    backlog += self._log(topic).snapshot().next_offset - cursor.mark_delete
+            if backlog < min_rows:
+                return start
+        claims: dict[str, list[list[int]]] = {}
+        redelivery: dict[str, dict[str, int]] = {}
+        delayed = self.broker.config.delayed_delivery_enabled
+        for topic, display, index in self.internal_topics():
+            if budget <= 0:
+                break
+            part = self._part(consumer, topic, display, index)
+            cap = target.get(display) if target is not None else None
+            if target is not None and cap is None:
+                continue  # a topic that appeared after an AvailableNow run started
+            offsets, cursor = part.claim(now_ms=now_ms, limit=budget, delayed_enabled=delayed, max_offset=cap)
+            if not offsets:
+                continue
+            budget -= len(offsets)
+            ranges = RangeSet()
+            ranges.add_offsets(offsets)
+            claims[display] = ranges.to_json()
+            if cursor is not None:
+                counts = {str(o): cursor.redelivery[o] for o in offsets if cursor.redelivery.get(o)}
+                if counts:
+                    redelivery[display] = counts
+        if not claims:
+            return start
+        end: dict[str, Any] = {"v": 1, "seq": int(start.get("seq", 0)) + 1, "clock": now_ms, "claims": claims}
+        if redelivery:
+            end["redelivery"] = redelivery
+        return end
+
+    # -- planning and acknowledgment ----------------------------------------------------------------
+
+    def plan(self, start: dict[str, Any], end: dict[str, Any]) -> list[ScanPartition]:
+        """Input partitions for a batch; each internal topic is split into key-hash slices when
+        ``minPartitions`` asks for more tasks, so every task owns whole keys, in order."""
+        topics = {display: (topic, index) for topic, display, index in self.internal_topics()}
+        work: list[tuple[str, list[tuple[int, int]], dict[int, int]]] = []
+        if "claims" in end:
+            if end == start:
+                return []
+            for display, ranges in end["claims"].items():
+                counts = {int(k): int(v) for k, v in end.get("redelivery", {}).get(display, {}).items()}
+                work.append((display, [(int(a), int(b)) for a, b in ranges], counts))
+        else:
+            earliest = None
+            for display, stop in end.get("parts", {}).items():
+                begin = start.get("parts", {}).get(display)
+                if begin is None:
+                    earliest = earliest or self.earliest_positions()
+                    begin = earliest.get(display, 0)
+                if int(stop) > int(begin):
+                    work.append((display, [(int(begin), int(stop))], {}))
+        if not work:
+            return []
+        wanted = self.options.min_partitions or 1
+        slices = max(1, -(-wanted // len(work)))
+        slot_ranges: list[tuple[int, int] | None] = [None] if slices == 1 else list(split_slots(slices))
+        out = []
+        for display, ranges, counts in work:
+            if display not in topics:
+                topic = TopicName.parse(display)
+                index = topic.partition_index
+            else:
+                topic, index = topics[display]
+            for slot_range in slot_ranges:
+                task = ScanTask(root=self.options.root, topic_path="/".join(topic.relative_path()), topic=display,
+                                partition=index, ranges=tuple(ranges), slot_range=slot_range,
+                                fail_on_data_loss=self.options.fail_on_data_loss, redelivery=counts)
+                out.append(ScanPartition([task]))
+        return out
+
+    def acknowledge(self, consumer: str, end: dict[str, Any]) -> None:
+        """Acknowledge a committed batch in the cursor (idempotent)."""
+        if self.options.subscription is None:
+            return
+        now_ms = int(time.time() * 1000)
+        for topic, display, index in self.internal_topics():
+            part = self._part(consumer, topic, display, index)
+            if "claims" in end:
+                ranges = end["claims"].get(display)
+                if not ranges:
+                    continue
+                offsets = [o for a, b in ranges for o in range(int(a), int(b))]
+
+                def fn(cursor: Cursor | None, offsets: list[int] = offsets) -> Cursor | None:
+                    if cursor is None:
+                        return None
+                    cursor.ack(offsets)
+                    cursor.renew(consumer, now_ms=now_ms, lease_ms=self.lease_ms)
+                    return cursor
+            else:
+                stop = end.get("parts", {}).get(display)
+                if stop is None:
+                    continue
+
+                def fn(cursor: Cursor | None, stop: int = int(stop)) -> Cursor | None:
+                    if cursor is None or stop - 1 < cursor.mark_delete:
+                        return None
+                    cursor.ack_cumulative(stop - 1)
+                    return cursor
+
+            part.store.update(fn)
+
+
+def parse_starting_offsets(planner: PartitionPlanner, options: SourceOptions, *, default: str) -> dict[str, int]:
+    """``startingOffsets``: "earliest", "latest" or JSON ``{"<internal topic>": offset}`` (-2 = earliest,
+    -1 = latest); or ``startingTimestamp`` (publish time, inclusive)."""
+    if options.starting_timestamp is not None:
+        return planner.timestamp_positions(options.starting_timestamp)
+    return parse_offsets_spec(planner, options.starting_offsets or default, "startingOffsets")
+
+
+def parse_offsets_spec(planner: PartitionPlanner, spec: str, option: str) -> dict[str, int]:
+    text = spec.strip()
+    if text.lower() == "earliest":
+        return planner.earliest_positions()
+    if text.lower() == "latest":
+        return planner.latest_positions()
+    try:
+        given = json.loads(text)
+    except ValueError:
+        raise InvalidConfiguration(
+            f"option {option}={spec!r} is neither 'earliest', 'latest' nor JSON like "
+            '{"persistent://public/default/t-partition-0": 42}', option=option,
+        ) from None
+    if not isinstance(given, dict):
+        raise InvalidConfiguration(f"option {option}: the JSON must be an object of topic to offset", option=option)
+    earliest, latest = planner.earliest_positions(), planner.latest_positions()
+    out = dict(latest if option == "endingOffsets" else earliest)
+    for name, value in given.items():
+        full = str(TopicName.parse(name)) if isinstance(name, str) else name
+        if full not in latest:
+            raise InvalidConfiguration(
+                f"option {option}: {name!r} is not one of this query's internal topics: {sorted(latest)}",
+                option=option,
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < -2:
+            raise InvalidConfiguration(f"option {option}: offset for {name!r} must be an int >= -2, got {value!r}",
+                                       option=option)
+        out[full] = earliest[full] if value == -2 else latest[full] if value == -1 else value
+    return out
+
+
+__all__ = ["PartitionPlanner", "parse_offsets_spec", "parse_starting_offsets"]

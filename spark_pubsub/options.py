@@ -1,0 +1,199 @@
+"""Spark options, validated on the driver into typed models.
+
+Spark lower-cases option keys and passes every value as a string.  Each model field is declared with
+its user-facing camelCase name; the lookup key is that name lower-cased.  Unknown options and bad
+values fail with ``InvalidConfiguration`` naming the option as the user wrote it in the docs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from broker_core.errors import InvalidConfiguration
+
+# Options Spark itself adds to a data source's options; accepted and ignored.
+_SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=False)
+
+    service_url: str | None = Field(None, alias="serviceurl", title="serviceUrl")
+    path: str | None = Field(None, alias="path", title="path")
+    topic: str | None = Field(None, alias="topic", title="topic")
+
+    @property
+    def root(self) -> str:
+        root = self.service_url or self.path
+        assert root is not None
+        return root
+
+    @model_validator(mode="after")
+    def _needs_root(self) -> _Options:
+        if not (self.service_url or self.path):
+            raise ValueError("serviceUrl: the storage root is required: .option('serviceUrl', '/path/to/root') "
+                             "or .load('/path/to/root')")
+        return self
+
+
+class SourceOptions(_Options):
+    """Options of ``spark.readStream.format("pubsub")`` and ``spark.read.format("pubsub")``."""
+
+    topics: str | None = Field(None, alias="topics", title="topics")
+    topics_pattern: str | None = Field(None, alias="topicspattern", title="topicsPattern")
+    starting_offsets: str | None = Field(None, alias="startingoffsets", title="startingOffsets")
+    ending_offsets: str | None = Field(None, alias="endingoffsets", title="endingOffsets")
+    starting_timestamp: int | None = Field(None, alias="startingtimestamp", title="startingTimestamp", ge=0)
+    ending_timestamp: int | None = Field(None, alias="endingtimestamp", title="endingTimestamp", ge=0)
+    max_messages_per_trigger: int | None = Field(None, alias="maxmessagespertrigger", title="maxMessagesPerTrigger", gt=0)
+    max_bytes_per_trigger: int | None = Field(None, alias="maxbytespertrigger", title="maxBytesPerTrigger", gt=0)
+    min_messages_per_trigger: int | None = Field(None, alias="minmessagespertrigger", title="minMessagesPerTrigger", gt=0)
+    max_trigger_delay: str = Field("15m", alias="maxtriggerdelay", title="maxTriggerDelay")
+    fail_on_data_loss: bool = Field(True, alias="failondataloss", title="failOnDataLoss")
+    min_partitions: int | None = Field(None, alias="minpartitions", title="minPartitions", gt=0)
+    read_compacted: bool = Field(False, alias="readcompacted", title="readCompacted")
+    subscription: str | None = Field(None, alias="subscription", title="subscription")
+    subscription_type: Literal["Exclusive", "Failover", "Shared", "Key_Shared"] = Field(
+        "Exclusive", alias="subscriptiontype", title="subscriptionType")
+    consumer_name: str | None = Field(None, alias="consumername", title="consumerName")
+    priority_level: int = Field(0, alias="prioritylevel", title="priorityLevel", ge=0)
+    subscription_initial_position: Literal["Earliest", "Latest"] = Field(
+        "Latest", alias="subscriptioninitialposition", title="subscriptionInitialPosition")
+    key_shared_mode: Literal["AutoSplit", "Sticky"] = Field("AutoSplit", alias="keysharedmode", title="keySharedMode")
+    sticky_ranges: str | None = Field(None, alias="stickyranges", title="stickyRanges")
+    allow_out_of_order_delivery: bool = Field(False, alias="allowoutoforderdelivery",
+                                              title="allowOutOfOrderDelivery")
+    lease_renew_ms: int | None = Field(None, alias="leaserenewms", title="leaseRenewMs", gt=0)
+
+    @field_validator("subscription_type", mode="before")
+    @classmethod
+    def _normalise_type(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            canonical = {"exclusive": "Exclusive", "failover": "Failover", "shared": "Shared",
+                         "key_shared": "Key_Shared", "keyshared": "Key_Shared"}
+            return canonical.get(value.lower(), value)
+        return value
+
+    @field_validator("subscription_initial_position", "key_shared_mode", mode="before")
+    @classmethod
+    def _normalise_case(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            for candidate in ("Earliest", "Latest", "AutoSplit", "Sticky"):
+                if value.lower() == candidate.lower():
+                    return candidate
+        return value
+
+    @model_validator(mode="after")
+    def _one_topic_form(self) -> SourceOptions:
+        given = [n for n, v in (("topic", self.topic), ("topics", self.topics), ("topicsPattern", self.topics_pattern))
+                 if v]
+        if len(given) != 1:
+            raise ValueError(
+                "topic: give exactly one of the options topic, topics (comma-separated) or topicsPattern, "
+                f"got {given or 'none'}"
+            )
+        if self.starting_offsets is not None and self.starting_timestamp is not None:
+            raise ValueError("startingTimestamp: give startingOffsets or startingTimestamp, not both")
+        if self.sticky_ranges and self.key_shared_mode != "Sticky":
+            raise ValueError("stickyRanges: only applies with keySharedMode=Sticky")
+        if self.key_shared_mode == "Sticky" and not self.sticky_ranges:
+            raise ValueError("stickyRanges: keySharedMode=Sticky needs stickyRanges like '0-32767,40000-50000'")
+        if self.subscription is None:
+            for name, value in (("subscriptionType", self.subscription_type != "Exclusive"),
+                                ("consumerName", self.consumer_name), ("stickyRanges", self.sticky_ranges)):
+                if value:
+                    raise ValueError(f"{name}: only applies together with the subscription option")
+        return self
+
+    @property
+    def sticky_range_list(self) -> list[tuple[int, int]]:
+        if not self.sticky_ranges:
+            return []
+        out = []
+        for part in self.sticky_ranges.split(","):
+            try:
+                start, end = (int(x) for x in part.strip().split("-"))
+            except ValueError:
+                raise InvalidConfiguration(
+                    f"option stickyRanges: {part!r} is not a range like '0-32767'", option="stickyRanges"
+                ) from None
+            out.append((start, end))
+        return out
+
+    @property
+    def max_trigger_delay_ms(self) -> int:
+        return parse_duration_ms(self.max_trigger_delay, "maxTriggerDelay")
+
+
+class SinkOptions(_Options):
+    """Options of ``df.writeStream.format("pubsub")`` and ``df.write.format("pubsub")``."""
+
+    routing_mode: Literal["RoundRobinPartition", "SinglePartition"] = Field(
+        "RoundRobinPartition", alias="routingmode", title="routingMode")
+    hashing_scheme: Literal["JavaStringHash", "Murmur3_32Hash"] = Field(
+        "JavaStringHash", alias="hashingscheme", title="hashingScheme")
+    compression_type: Literal["NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"] = Field(
+        "NONE", alias="compressiontype", title="compressionType")
+    sink_id: str | None = Field(None, alias="sinkid", title="sinkId")
+    producer_name: str | None = Field(None, alias="producername", title="producerName")
+    checkpoint_location: str | None = Field(None, alias="checkpointlocation", title="checkpointLocation")
+
+    @field_validator("compression_type", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+def parse_duration_ms(text: str, option: str) -> int:
+    """``"500ms"``, ``"30s"``, ``"15m"``, ``"1h"`` or a bare number of ms."""
+    units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+    value = text.strip().lower()
+    for suffix in ("ms", "s", "m", "h"):
+        if value.endswith(suffix) and value[: -len(suffix)].strip().isdigit():
+            return int(value[: -len(suffix)]) * units[suffix]
+    if value.isdigit():
+        return int(value)
+    raise InvalidConfiguration(
+        f"option {option}: {text!r} is not a duration; use e.g. '500ms', '30s', '15m' or '1h'", option=option
+    )
+
+
+def _title(model: type[BaseModel], key: str) -> str:
+    for name, field in model.model_fields.items():
+        if field.alias == key or name == key:
+            return field.title or key
+    return key
+
+
+def parse_options(model: type[_Options], options: Mapping[str, str]) -> Any:
+    """Validate Spark's (lower-cased, string) options into ``model``; errors name the option."""
+    values = {k.lower(): v for k, v in options.items()}
+    known = {f.alias for f in model.model_fields.values()}
+    for key in list(values):
+        if key not in known:
+            if key in _SPARK_KEYS:
+                values.pop(key)
+                continue
+            titles = sorted(f.title or "" for f in model.model_fields.values())
+            raise InvalidConfiguration(
+                f"unknown option {key!r} for format('pubsub'); valid options: {', '.join(titles)}", option=key
+            )
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = err.get("loc") or ()
+            msg = err.get("msg", "invalid")
+            if loc:
+                key = str(loc[0])
+                problems.append(f"option {_title(model, key)}={values.get(key)!r}: {msg}")
+            else:
+                problems.append(msg.removeprefix("Value error, "))
+        raise InvalidConfiguration("; ".join(problems)) from None
+
+
+__all__ = ["SinkOptions", "SourceOptions", "parse_duration_ms", "parse_options"]

@@ -1,0 +1,53 @@
+"""``format("pubsub")``: the Python data source that Spark instantiates for reads and writes.
+
+Each hook parses the options on the driver (typed, validated) and hands back a reader or writer
+object that Spark pickles to executors; all messaging logic lives in ``broker_core``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from spark_pubsub.options import SinkOptions, SourceOptions, parse_options
+from spark_pubsub.schema import SOURCE_SCHEMA
+
+
+class PubSubDataSource(DataSource):
+    """Topics on a spark-pubsub storage root as a Spark source and sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pubsub"
+
+    def schema(self) -> StructType:
+        return SOURCE_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from spark_pubsub.batch_reader import PubSubBatchReader
+
+        return PubSubBatchReader(parse_options(SourceOptions, self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from spark_pubsub.stream_reader import PubSubStreamReader
+
+        return PubSubStreamReader(parse_options(SourceOptions, self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from spark_pubsub.sink import PubSubBatchWriter
+
+        return PubSubBatchWriter(parse_options(SinkOptions, self.options), schema, overwrite=overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from spark_pubsub.sink import PubSubStreamWriter
+
+        return PubSubStreamWriter(parse_options(SinkOptions, self.options), schema, overwrite=overwrite)
+
+
+__all__ = ["PubSubDataSource"]

@@ -1,0 +1,158 @@
+"""``spark.readStream.format("pubsub")``: micro-batches over topics, optionally as a subscription.
+
+Offsets are JSON dicts of plain values (``docs/SPARK.md``):
+
+- *range mode* (no subscription, or an Exclusive/Failover one): ``{"v": 1, "parts": {internal topic:
+  next offset}}``; a batch is every live message in ``[start, end)`` of each internal topic.
+- *claim mode* (Shared/Key_Shared subscription): ``{"v": 1, "seq": n, "clock": ms, "claims":
+  {internal topic: [[from, to], ...]}}``; the driver claims messages in the subscription's cursor
+  (delayed messages only once due at ``clock``, keys per Key_Shared rules) and the batch is exactly
+  the claimed ranges.  Either way a batch is a pure function of its offsets and the log, so a
+  replay after a failure reads the same rows.
+
+``commit(end)`` acknowledges in the cursor (cumulatively in range mode, the claimed ranges in claim
+mode).  It arrives one batch late and ``stop()`` is best-effort, so nothing relies on them for
+correctness: an unacknowledged batch is redelivered after the lease lapses (at-least-once), or
+taken over by the same ``consumerName`` when the query restarts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from spark_pubsub.offsets import (
+    PartitionPlanner,
+    parse_starting_offsets,
+)
+from spark_pubsub.options import SourceOptions
+from spark_pubsub.scan_partition import ScanPartition, read_scan_partition
+
+
+class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The driver-side stream reader (pickled to executors only for ``read``)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.planner = PartitionPlanner(options)
+        self.claim_mode = options.subscription is not None and options.subscription_type in ("Shared", "Key_Shared")
+        self.consumer_name = options.consumer_name or f"spark-{uuid.uuid4().hex[:10]}"
+        self._target: dict[str, int] | None = None
+        self._last_trigger_s = time.monotonic()
+        self._renewer: threading.Thread | None = None
+        self._stopping: threading.Event | None = None
+        self._joined = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_renewer"] = None
+        state["_stopping"] = None
+        return state
+
+    # -- subscription membership (driver only) ------------------------------------------------------
+
+    def _ensure_joined(self) -> None:
+        if self._joined or self.options.subscription is None:
+            return
+        self.planner.join(self.consumer_name)
+        self._joined = True
+        self._stopping = threading.Event()
+        self._renewer = threading.Thread(target=self._renew_loop, name="pubsub-lease", daemon=True)
+        self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        assert self._stopping is not None
+        period_s = self.planner.lease_ms / 3000
+        while not self._stopping.wait(period_s):
+            try:
+                self.planner.renew(self.consumer_name)
+            except Exception:  # storage hiccup: the next round retries, the lease has slack
+                continue
+
+    # -- offsets ------------------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._ensure_joined()
+        if self.claim_mode:
+            return {"v": 1, "seq": 0, "clock": 0, "claims": {}}
+        if self.options.subscription is not None and self.options.starting_offsets is None \
+                and self.options.starting_timestamp is None:
+            return {"v": 1, "parts": self.planner.cursor_positions(self.consumer_name)}
+        return {"v": 1, "parts": parse_starting_offsets(self.planner, self.options, default="latest")}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.planner.latest_positions()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_messages_per_trigger:
+            return ReadMaxRows(self.options.max_messages_per_trigger)
+        if self.options.max_bytes_per_trigger:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        if self.options.min_messages_per_trigger:
+            return ReadMinRows(self.options.min_messages_per_trigger)
+        return ReadAllAvailable()
+
+    def _budget(self, limit: ReadLimit) -> tuple[int | None, int | None, int | None]:
+        """(max rows, max bytes, min rows) for this trigger; ReadAllAvailable ignores the options."""
+        if isinstance(limit, ReadAllAvailable):
+            return None, None, None
+        max_rows = self.options.max_messages_per_trigger
+        max_bytes = self.options.max_bytes_per_trigger
+        min_rows = self.options.min_messages_per_trigger
+        if isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+        elif isinstance(limit, ReadMaxBytes):
+            max_bytes = limit.max_bytes
+        elif isinstance(limit, ReadMinRows):
+            min_rows = limit.min_rows
+        if min_rows and (time.monotonic() - self._last_trigger_s) * 1000 >= self.options.max_trigger_delay_ms:
+            min_rows = None  # maxTriggerDelay passed: run with what there is
+        return max_rows, max_bytes, min_rows
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._ensure_joined()
+        max_rows, max_bytes, min_rows = self._budget(limit)
+        if self.claim_mode:
+            end = self.planner.claim(self.consumer_name, start, max_rows=max_rows, max_bytes=max_bytes,
+                                     min_rows=min_rows, target=self._target)
+        else:
+            end = self.planner.advance(start, max_rows=max_rows, max_bytes=max_bytes, min_rows=min_rows,
+                                       target=self._target)
+        if end != start:
+            self._last_trigger_s = time.monotonic()
+        return end
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return {"v": 1, "parts": self.planner.latest_positions()}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        return self.planner.plan(start, end)
+
+    def read(self, partition: InputPartition) -> Any:
+        assert isinstance(partition, ScanPartition)
+        return read_scan_partition(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._ensure_joined()
+        self.planner.acknowledge(self.consumer_name, end)
+
+    def stop(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+        if self._joined:
+            self.planner.stop(self.consumer_name)
+
+
+__all__ = ["PubSubStreamReader"]
