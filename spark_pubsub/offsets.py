@@ -67,6 +67,10 @@ class PartitionPlanner:
             names = [t.strip() for t in self.options.topics.split(",") if t.strip()]
         else:
             names = [self.options.topic or ""]
+        if self.options.retry_enable and self.options.subscription:
+            # a consumer with retry enabled also reads its retry letter topics
+            names = names + [f"{TopicName.parse(n)}-{self.options.subscription}-RETRY" for n in names
+                             if not n.endswith("-RETRY")]
         out: list[tuple[TopicName, str, int]] = []
         for name in names:
             topic = TopicName.parse(name)

@@ -67,6 +67,7 @@ class SourceOptions(_Options):
     allow_out_of_order_delivery: bool = Field(False, alias="allowoutoforderdelivery",
                                               title="allowOutOfOrderDelivery")
     lease_renew_ms: int | None = Field(None, alias="leaserenewms", title="leaseRenewMs", gt=0)
+    retry_enable: bool = Field(False, alias="retryenable", title="retryEnable")
 
     @field_validator("subscription_type", mode="before")
     @classmethod
@@ -103,6 +104,7 @@ class SourceOptions(_Options):
             raise ValueError("stickyRanges: keySharedMode=Sticky needs stickyRanges like '0-32767,40000-50000'")
         if self.subscription is None:
             for name, value in (("subscriptionType", self.subscription_type != "Exclusive"),
+                                ("retryEnable", self.retry_enable),
                                 ("consumerName", self.consumer_name), ("stickyRanges", self.sticky_ranges)):
                 if value:
                     raise ValueError(f"{name}: only applies together with the subscription option")

@@ -1,0 +1,100 @@
+"""Bulk "reconsume later" and dead-lettering for engines (Spark's foreachBatch).
+
+The client does this message by message (``Consumer.reconsume_later``); a batch engine hands over a
+whole table of failed messages.  Each row goes to its subscription's retry letter topic with a
+delivery delay and ``RECONSUMETIMES`` + 1, or, once that would exceed the limit, to the dead letter
+topic, with the same property bookkeeping as the client (``client/dead_letters.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from broker_core.broker import Broker
+from broker_core.bulk import append_partitioned, route_rows, to_segment_rows
+from broker_core.client.dead_letters import (
+    DEFAULT_MAX_RECONSUME_TIMES,
+    DELAY_TIME,
+    ORIGIN_MESSAGE_ID,
+    REAL_TOPIC,
+    RECONSUMETIMES,
+)
+from broker_core.errors import InvalidMessage
+from broker_core.naming import TopicName
+
+FAILED_COLUMNS = ("value", "key", "ordering_key", "properties", "topic", "message_id")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryOutcome:
+    retried: int
+    dead_lettered: int
+
+
+def _origin(topic: str) -> str:
+    return str(TopicName.parse(topic).partitioned_topic_name)
+
+
+def retry_or_dead_letter(
+    broker: Broker,
+    failed: pa.Table,
+    *,
+    subscription: str,
+    delay_ms: int,
+    max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+    extra_properties: dict[str, str] | None = None,
+    now_ms: int,
+) -> RetryOutcome:
+    """Send failed messages to ``<origin>-<subscription>-RETRY`` (delayed) or ``-DLQ``.
+
+    Args:
+        failed: columns ``value``, ``topic`` (the internal topic it was read from), ``message_id``
+            (admin form), and optionally ``key``, ``ordering_key``, ``properties``.
+    """
+    missing = [c for c in ("value", "topic", "message_id") if c not in failed.column_names]
+    if missing:
+        raise InvalidMessage(f"failed messages need column {missing[0]!r} (as read from the pubsub source)",
+                             column=missing[0])
+    retried = dead = 0
+    props = failed.column("properties").to_pylist() if "properties" in failed.column_names else [None] * failed.num_rows
+    topics = failed.column("topic").to_pylist()
+    ids = failed.column("message_id").to_pylist()
+    routes: dict[str, list[int]] = {}
+    new_props: list[list[tuple[str, str]]] = []
+    for i in range(failed.num_rows):
+        current = dict(props[i] or {})
+        origin = current.get(REAL_TOPIC) or _origin(topics[i])
+        times = int(current.get(RECONSUMETIMES, "0")) + 1
+        current.update(extra_properties or {})
+        current[REAL_TOPIC] = origin
+        current.setdefault(ORIGIN_MESSAGE_ID, ids[i])
+        if times > max_reconsume_times:
+            target = f"{origin}-{subscription}-DLQ"
+            dead += 1
+        else:
+            current[RECONSUMETIMES] = str(times)
+            current[DELAY_TIME] = str(delay_ms)
+            target = f"{origin}-{subscription}-RETRY"
+            retried += 1
+        routes.setdefault(target, []).append(i)
+        new_props.append(list(current.items()))
+    columns = {"value": failed.column("value")}
+    for name in ("key", "ordering_key"):
+        if name in failed.column_names:
+            columns[name] = failed.column(name)
+    table = pa.table(columns).append_column("properties", pa.array(new_props, pa.map_(pa.string(), pa.string())))
+    for target, rows in routes.items():
+        part = table.take(pa.array(rows))
+        if target.endswith("-RETRY"):
+            part = part.append_column("deliver_at", pa.array([now_ms + delay_ms] * part.num_rows, pa.int64()))
+        segment_rows, explicit = to_segment_rows(part, publish_time_ms=now_ms,
+                                                 max_message_size=broker.config.max_message_size)
+        partitions = broker.partitions(target)
+        chosen = route_rows(segment_rows, explicit, len(partitions))
+        append_partitioned([broker.topic_log(p) for p in partitions], segment_rows, chosen)
+    return RetryOutcome(retried=retried, dead_lettered=dead)
+
+
+__all__ = ["FAILED_COLUMNS", "RetryOutcome", "retry_or_dead_letter"]

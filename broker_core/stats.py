@@ -1,0 +1,128 @@
+"""Topic and subscription statistics as plain data, in the spirit of Pulsar's topic stats.
+
+Everything is computed from storage (logs, cursors, the producer registry), so any process can ask;
+numbers are as of the moment of the call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from broker_core.broker import Broker
+from broker_core.cursor import ConsumerType, Cursor
+from broker_core.cursor_store import list_subscriptions
+from broker_core.dispatch import HASH_SLOTS, claim_owners
+from broker_core.key_shared import AutoSplitHashRangeSelector, KeySharedConsumer, KeySharedMode, selector_for
+from broker_core.naming import TopicName
+from broker_core.producer_registry import ProducerRegistry
+
+
+def _selector(cursor: Cursor, now_ms: int) -> tuple[Any, list[str]]:
+    live = sorted(cursor.live_consumers(now_ms).values(), key=lambda c: c.join_order)
+    consumers = [KeySharedConsumer(name=c.name, join_order=c.join_order,
+                                   sticky_ranges=tuple(tuple(r) for r in c.sticky_ranges))  # type: ignore[misc]
+                 for c in live]
+    mode = KeySharedMode[cursor.key_shared.get("mode", "AutoSplit")]
+    consistent = bool(cursor.key_shared.get("consistentHashing", False))
+    if mode == KeySharedMode.AutoSplit and not consistent and "regions" in cursor.key_shared:
+        regions = [(int(s), int(e), str(n)) for s, e, n in cursor.key_shared["regions"]]
+        return AutoSplitHashRangeSelector.from_regions(consumers, regions), [c.name for c in consumers]
+    return selector_for(mode, consistent, consumers), [c.name for c in consumers]
+
+
+def subscription_stats(broker: Broker, topic: TopicName, subscription: str, *, now_ms: int) -> dict[str, Any]:
+    """Backlog, unacked and per-consumer state of one subscription on one internal topic."""
+    log = broker.topic_log(topic, create=False)
+    snap = log.snapshot()
+    _, cursor = broker.cursor_store(topic, subscription).load()
+    if cursor is None:
+        return {"exists": False}
+    start = max(cursor.mark_delete, snap.first_offset)
+    backlog = max(0, snap.next_offset - start - cursor.acked.count())
+    unacked_total = sum(rs.count() for rs in cursor.claims.values())
+    consumers: list[dict[str, Any]] = []
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    draining: dict[str, list[int]] = {}
+    live = cursor.live_consumers(now_ms)
+    if cursor.sub_type == ConsumerType.KeyShared and live:
+        selector, names = _selector(cursor, now_ms)
+        ranges = selector.ranges()
+        held = [(name, rs) for name, rs in cursor.claims.items() if rs]
+        if held:
+            offsets = np.fromiter((o for _, rs in held for o in rs.offsets()), dtype=np.int64)
+            if len(offsets):
+                offsets.sort()
+                table, read_offsets = log.read(int(offsets[0]), int(offsets[-1]) + 1, snapshot=snap)
+                index = np.searchsorted(read_offsets, offsets)
+                index = index[index < len(read_offsets)]
+                hashes = table.column("sticky_key_hash").to_numpy(zero_copy_only=False)[index].astype(np.int64)
+                owners_now = selector.owner_of_hashes(hashes)
+                claimers, claim_names = claim_owners(cursor, read_offsets[index])
+                for row, claimer in enumerate(claimers.tolist()):
+                    if claimer < 0:
+                        continue
+                    name = claim_names[claimer]
+                    owner = names[owners_now[row]] if owners_now[row] >= 0 else None
+                    if owner != name:
+                        draining.setdefault(name, []).append(int(hashes[row] % HASH_SLOTS))
+    for name, entry in sorted(live.items(), key=lambda kv: kv[1].join_order):
+        claims = cursor.claims.get(name)
+        consumers.append({
+            "consumerName": name,
+            "priorityLevel": entry.priority_level,
+            "leaseExpiresMs": entry.lease_expires_ms,
+            "unackedMessages": claims.count() if claims else 0,
+            "keyHashRanges": [list(r) for r in ranges.get(name, [])],
+            "drainingHashes": sorted(set(draining.get(name, []))),
+        })
+    return {
+        "exists": True,
+        "type": cursor.sub_type.name,
+        "markDeletePosition": cursor.mark_delete - 1,
+        "msgBacklog": backlog,
+        "unackedMessages": unacked_total,
+        "individuallyAckedMessages": cursor.acked.count(),
+        "redeliveredMessages": len(cursor.redelivery),
+        "maxRedeliveryCount": max(cursor.redelivery.values(), default=0),
+        "consumers": consumers,
+        "keySharedMode": cursor.key_shared.get("mode") if cursor.sub_type == ConsumerType.KeyShared else None,
+    }
+
+
+def topic_stats(broker: Broker, topic: str | TopicName, *, now_ms: int | None = None) -> dict[str, Any]:
+    """Stats of a topic: per internal topic, its size, publishers and subscriptions."""
+    name = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    partitions = broker.partitions(name, auto_create=False)
+    out: dict[str, Any] = {"topic": str(name), "partitions": {}}
+    totals = {"msgCount": 0, "storageSize": 0, "msgBacklog": {}}
+    for part in partitions:
+        log = broker.topic_log(part, create=False)
+        snap = log.snapshot()
+        path = "/".join(part.relative_path())
+        subs = {sub: subscription_stats(broker, part, sub, now_ms=now) for sub in list_subscriptions(broker.io, path)}
+        subs = {k: v for k, v in subs.items() if v.get("exists")}
+        size = sum(s.size_bytes for s in snap.segments)
+        publishers = ProducerRegistry(broker.io, path).live_producers(now_ms=now)
+        out["partitions"][str(part)] = {
+            "firstOffset": snap.first_offset,
+            "nextOffset": snap.next_offset,
+            "msgCount": snap.next_offset - snap.first_offset,
+            "storageSize": size,
+            "segments": len(snap.segments),
+            "logVersion": snap.version,
+            "publishers": [{"producerName": n, "accessMode": m} for n, m in sorted(publishers.items())],
+            "subscriptions": subs,
+        }
+        totals["msgCount"] += snap.next_offset - snap.first_offset
+        totals["storageSize"] += size
+        for sub, st in subs.items():
+            totals["msgBacklog"][sub] = totals["msgBacklog"].get(sub, 0) + st["msgBacklog"]
+    out.update(totals)
+    return out
+
+
+__all__ = ["subscription_stats", "topic_stats"]
