@@ -18,6 +18,7 @@ from broker_core.cursor import ConsumerType, Cursor, new_cursor
 from broker_core.cursor_store import CursorStore
 from broker_core.errors import InvalidConfiguration, NotAllowedError
 from broker_core.naming import TopicName
+from broker_core.policies import PolicyStore
 from broker_core.storage import FileIO, file_io_for
 from broker_core.topic_log import TopicLog
 
@@ -48,6 +49,7 @@ class Broker:
         self.io = io
         self.config = config
         self.admin = Admin(io, config)
+        self.policies = PolicyStore(io, config)
         self._lock = threading.Lock()
 
     @classmethod

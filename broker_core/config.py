@@ -132,6 +132,50 @@ class BrokerConfig(BaseModel):
         description="Create a durable subscription when a consumer first subscribes with its name.",
     )
 
+    default_retention_time_in_minutes: int = Field(
+        default=0,
+        validation_alias="defaultRetentionTimeInMinutes",
+        serialization_alias="defaultRetentionTimeInMinutes",
+        ge=-1,
+        description="Minutes acknowledged messages are kept (0: not kept, -1: forever).",
+    )
+    default_retention_size_in_mb: int = Field(
+        default=0,
+        validation_alias="defaultRetentionSizeInMB",
+        serialization_alias="defaultRetentionSizeInMB",
+        ge=-1,
+        description="Megabytes of acknowledged messages kept per topic (0: none, -1: no limit).",
+    )
+    ttl_duration_default_in_seconds: int = Field(
+        default=0,
+        validation_alias="ttlDurationDefaultInSeconds",
+        serialization_alias="ttlDurationDefaultInSeconds",
+        ge=0,
+        description="Seconds after which unacknowledged messages expire (0: never).",
+    )
+    backlog_quota_default_limit_bytes: int = Field(
+        default=-1,
+        validation_alias="backlogQuotaDefaultLimitBytes",
+        serialization_alias="backlogQuotaDefaultLimitBytes",
+        ge=-1,
+        description="Backlog size limit per topic in bytes (-1: no limit).",
+    )
+    backlog_quota_default_limit_second: int = Field(
+        default=-1,
+        validation_alias="backlogQuotaDefaultLimitSecond",
+        serialization_alias="backlogQuotaDefaultLimitSecond",
+        ge=-1,
+        description="Backlog age limit per topic in seconds (-1: no limit).",
+    )
+    backlog_quota_default_retention_policy: Literal[
+        "producer_request_hold", "producer_exception", "consumer_backlog_eviction"
+    ] = Field(
+        default="producer_request_hold",
+        validation_alias="backlogQuotaDefaultRetentionPolicy",
+        serialization_alias="backlogQuotaDefaultRetentionPolicy",
+        description="What happens when a backlog quota is exceeded.",
+    )
+
     # --- spark-pubsub storage settings (not in Pulsar) --------------------------------------------
 
     checkpoint_interval: int = Field(

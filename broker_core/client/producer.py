@@ -119,8 +119,7 @@ class Producer:
         self._access_mode = access_mode
         self._properties = dict(properties or {})
         config = client._broker.config
-        self._dedup = config.broker_deduplication_enabled
-        self._max_message_size = config.max_message_size
+        self._policies = client._broker.policies
         self._lease_ms = config.producer_lease_ms
         self._clock = client._clock
         self._cond = threading.Condition()
@@ -136,7 +135,7 @@ class Producer:
         last = -1
         if initial_sequence_id is not None:
             last = initial_sequence_id
-        elif self._dedup:
+        elif self._dedup:  # resume the sequence where this producer name left off
             for q in self._queues:
                 prior = q.log.snapshot().txn_version(self._name)
                 if prior is not None:
@@ -146,6 +145,16 @@ class Producer:
         self._last_renew_s = time.monotonic()
         self._thread = threading.Thread(target=self._run, name=f"pubsub-producer-{self._name}", daemon=True)
         self._thread.start()
+
+    # -- policies (re-read at most once a second: a policy change needs no restart) ----------------
+
+    @property
+    def _dedup(self) -> bool:
+        return self._policies.effective(self._topic).deduplication_enabled
+
+    @property
+    def _max_message_size(self) -> int:
+        return self._policies.effective(self._topic).max_message_size
 
     # -- registration -------------------------------------------------------------------------------
 
