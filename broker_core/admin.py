@@ -159,7 +159,8 @@ class Admin:
         return int(doc["partitions"])
 
     def internal_topic_exists(self, topic: TopicName) -> bool:
-        return self.io.exists(f"{topic_dir(topic)}/_delta_log/{0:020d}.json")
+        log_dir = f"{topic_dir(topic)}/_delta_log"
+        return self.io.exists(f"{log_dir}/{0:020d}.json") or self.io.exists(f"{log_dir}/_last_checkpoint")
 
     def create_partitioned_topic(self, topic: str | TopicName, partitions: int) -> None:
         """Create a partitioned topic with ``partitions`` internal topics (Pulsar's naming)."""

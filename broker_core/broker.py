@@ -81,6 +81,7 @@ class Broker:
                     key[1],
                     checkpoint_interval=self.config.checkpoint_interval,
                     max_retries=self.config.commit_max_retries,
+                    background_checkpoints=True,
                 )
                 _TOPIC_LOGS[key] = log
         if create and not log.exists():

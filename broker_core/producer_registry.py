@@ -41,16 +41,25 @@ class ProducerRegistry:
         self.state = VersionedState(io, f"{topic_path}/_producers")
         self.topic_path = topic_path
 
-    def register(self, name: str, mode: ProducerAccessMode, *, now_ms: int, lease_ms: int) -> None:
-        """Register ``name`` under ``mode``.
+    def register(self, name: str, mode: ProducerAccessMode, *, now_ms: int, lease_ms: int) -> int:
+        """Register ``name`` under ``mode`` and return the producer epoch it holds.
+
+        The epoch is assigned here, in the same commit as the registration, so two registrations can
+        never end up with the order of their epochs different from the order of their registrations.
+        It increases for every exclusive registration, and for any registration that follows an
+        exclusive holder (live or expired), which fences a paused exclusive zombie; the producer then
+        raises the log's epoch to it (``TopicLog.bump_producer_epoch``).
 
         Raises:
             ProducerBusy: the mode's rule refuses the registration right now (WaitForExclusive
                 callers retry until it succeeds).
         """
         exclusive = mode != ProducerAccessMode.Shared
+        assigned = {"epoch": 0}
 
         def fn(doc: dict[str, Any] | None) -> dict[str, Any]:
+            everyone = (doc or {}).get("producers", {})
+            epoch = int((doc or {}).get("epoch", 0))
             live = _live(doc, now_ms)
             others = {n: p for n, p in live.items() if n != name}
             if name in live:
@@ -71,10 +80,15 @@ class ProducerRegistry:
                 raise ProducerBusy(
                     f"{self.topic_path!r} is held by exclusive producer {holder!r}", topic=self.topic_path
                 )
-            others[name] = {"mode": mode.name, "leaseExpiresMs": now_ms + lease_ms}
-            return {"producers": others}
+            after_exclusive = any(p["mode"] != ProducerAccessMode.Shared.name for p in everyone.values())
+            if exclusive or after_exclusive:
+                epoch += 1
+            assigned["epoch"] = epoch
+            others[name] = {"mode": mode.name, "leaseExpiresMs": now_ms + lease_ms, "epoch": epoch}
+            return {"producers": others, "epoch": epoch}
 
         self.state.update(fn)
+        return assigned["epoch"]
 
     def renew(self, name: str, *, now_ms: int, lease_ms: int) -> None:
         """Extend the lease; ``ProducerFenced`` if the registration was taken away."""
@@ -88,7 +102,7 @@ class ProducerRegistry:
                     topic=self.topic_path,
                 )
             producers[name] = {**producers[name], "leaseExpiresMs": now_ms + lease_ms}
-            return {"producers": producers}
+            return {**(doc or {}), "producers": producers}
 
         self.state.update(fn)
 
@@ -98,7 +112,7 @@ class ProducerRegistry:
             if name not in producers:
                 return None
             del producers[name]
-            return {"producers": producers}
+            return {**(doc or {}), "producers": producers}
 
         self.state.update(fn)
 

@@ -14,6 +14,7 @@ import random
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,19 @@ from broker_core.storage import FileIO
 _VERSION_RE = re.compile(r"^(\d{20})\.json$")
 
 Document = dict[str, Any]
+
+# Every version records a random id and its parent's id (an audit trail of who built on what);
+# callers never see these keys.  ``_floor`` records the cleanup cutoff before anything is deleted,
+# which is how a paused writer learns that the version it just created had been cleaned up.
+_ID = "_writeId"
+_PARENT = "_parentId"
+_FLOOR = "_floor"
+
+
+def _strip(doc: Document) -> Document:
+    doc.pop(_ID, None)
+    doc.pop(_PARENT, None)
+    return doc
 
 
 class VersionedState:
@@ -77,10 +91,11 @@ class VersionedState:
                 if nxt is not None:
                     self._version, self._doc = self._version + 1, nxt
                     continue
-                if self._version >= 0 and not self.io.exists(self._path(self._version)):
+                if self._version >= 0 and (not self.io.exists(self._path(self._version))
+                                           or self._version < self._floor()):
                     self._relist()  # our cached version was cleaned up: find the newest again
                     continue
-                return self._version, self._doc
+                return self._version, None if self._doc is None else _strip(dict(self._doc))
 
     def update(self, fn: Callable[[Document | None], Document | None]) -> tuple[int, Document | None]:
         """Commit ``fn(latest)`` as the next version; ``fn`` returning None means no change.
@@ -90,12 +105,20 @@ class VersionedState:
         with self._lock:
             for attempt in range(1, self.max_retries + 1):
                 version, doc = self.latest()
+                raw = self._doc
                 new_doc = fn(None if doc is None else json.loads(json.dumps(doc)))
                 if new_doc is None:
                     return version, doc
-                data = json.dumps(new_doc, separators=(",", ":"), sort_keys=True).encode()
+                stamped = {**new_doc, _ID: uuid.uuid4().hex, _PARENT: (raw or {}).get(_ID)}
+                data = json.dumps(stamped, separators=(",", ":"), sort_keys=True).encode()
                 if self.io.put_if_absent(self._path(version + 1), data):
-                    self._version, self._doc = version + 1, new_doc
+                    if version + 1 < self._floor():
+                        # we re-created a version cleanup had removed while we were paused: newer
+                        # versions exist that do not build on it, so it is invisible; do it again
+                        self.io.delete(self._path(version + 1))
+                        self._relist()
+                        continue
+                    self._version, self._doc = version + 1, stamped
                     if (version + 1) % self.keep_versions == 0:
                         self._cleanup(version + 1)
                     return self._version, new_doc
@@ -106,8 +129,20 @@ class VersionedState:
                 path=self.directory,
             )
 
+    def _floor(self) -> int:
+        """Versions below this may have been deleted by cleanup (written before anything is deleted)."""
+        data = self.io.read_bytes(f"{self.directory}/{_FLOOR}")
+        try:
+            return int(data) if data else 0
+        except ValueError:
+            return 0
+
     def _cleanup(self, newest: int) -> None:
         cutoff = newest - self.keep_versions
+        if cutoff <= 0:
+            return
+        if cutoff > self._floor():
+            self.io.replace(f"{self.directory}/{_FLOOR}", str(cutoff).encode())
         versions = sorted(int(m.group(1)) for n in self.io.list_dir(self.directory) if (m := _VERSION_RE.match(n)))
         for version in versions:  # ascending: see the module docstring
             if version >= cutoff:

@@ -62,7 +62,7 @@ class FileIO(Protocol):
         """Create ``path`` with ``data`` atomically; return False if it exists already."""
         ...
 
-    def write_new(self, path: str, data: bytes) -> None:
+    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer) -> None:
         """Write a fresh file nobody references yet (durable before returning)."""
         ...
 
@@ -163,9 +163,10 @@ class LocalFileIO:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-    def write_new(self, path: str, data: bytes) -> None:
+    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer) -> None:
         final = self.abs_path(path)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
+        directory = os.path.dirname(final)
+        os.makedirs(directory, exist_ok=True)
         try:
             fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError as exc:
@@ -178,6 +179,8 @@ class LocalFileIO:
             raise self._error("write", path, exc) from exc
         finally:
             os.close(fd)
+        if self._fsync:  # the directory entry must survive a power loss as well as the bytes
+            self._fsync_dir(directory)
 
     def replace(self, path: str, data: bytes) -> None:
         final = self.abs_path(path)
@@ -227,8 +230,8 @@ class LocalFileIO:
         finally:
             os.close(fd)
 
-    def _write_all(self, fd: int, data: bytes) -> None:
-        view = memoryview(data)
+    def _write_all(self, fd: int, data: bytes | memoryview | pa.Buffer) -> None:
+        view = memoryview(data).cast("B")
         while view:
             written = os.write(fd, view)
             view = view[written:]

@@ -20,11 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.errors import ProducerFenced
+from broker_core.errors import InvalidMessage, ProducerFenced
 from broker_core.log.actions import Action, Add, Metadata, Txn
 from broker_core.log.segment_ref import SegmentRef, layout_messages, normalise_layout
 from broker_core.log.snapshot import (
     LEDGER_ID_KEY,
+    RESERVED_TXN_PREFIX,
     TXN_NEXT_ENTRY_ID,
     TXN_NEXT_OFFSET,
     TXN_PRODUCER_EPOCH,
@@ -134,10 +135,19 @@ class TopicLog:
         checkpoint_interval, max_retries: see ``TransactionLog``.
     """
 
-    def __init__(self, io: FileIO, path: str, *, checkpoint_interval: int = 100, max_retries: int = 1000) -> None:
+    def __init__(
+        self,
+        io: FileIO,
+        path: str,
+        *,
+        checkpoint_interval: int = 100,
+        max_retries: int = 1000,
+        background_checkpoints: bool = False,
+    ) -> None:
         self.io = io
         self.path = path
-        self.log = TransactionLog(io, path, checkpoint_interval=checkpoint_interval, max_retries=max_retries)
+        self.log = TransactionLog(io, path, checkpoint_interval=checkpoint_interval, max_retries=max_retries,
+                                  background_checkpoints=background_checkpoints)
         self._waiters: set[threading.Event] = set()
         self._waiters_lock = threading.Lock()
         self._cache: OrderedDict[str, pa.Table] = OrderedDict()
@@ -206,6 +216,7 @@ class TopicLog:
         """
         if layout_messages(layout) != table.num_rows:
             raise ValueError(f"entry layout {layout} does not cover {table.num_rows} rows")
+        _check_app_ids(table, txn)
         snapshot = self.log.snapshot()
         keep = dedup_keep_mask(table, snapshot) if dedup else np.ones(table.num_rows, dtype=bool)
         while True:
@@ -297,6 +308,7 @@ class TopicLog:
         This is the executor half of a distributed write: a driver later makes staged segments visible
         with ``commit_staged`` (or leaves them as orphans for vacuum if the write is aborted).
         """
+        _check_app_ids(table, None)
         path = f"part-{uuid.uuid4().hex}{_suffix(compression)}.parquet"
         data = encode_segment(table, compression=compression)
         self.io.write_new(f"{self.path}/{path}", data)
@@ -341,20 +353,29 @@ class TopicLog:
         try:
             result = self.log.commit(build, operation=operation, parameters={"mode": "Append"})
         except NothingToCommit:
+            live = {seg.path for seg in self.log.cached_snapshot().segments}
             for seg in staged:
-                self._discard(seg.path)
+                if seg.path not in live:  # never delete what an earlier attempt made visible
+                    self._discard(seg.path)
             return None
         self.notify()
         return result.version
 
-    def bump_producer_epoch(self) -> int:
-        """Fence every producer that holds the current epoch; return the new epoch."""
+    def bump_producer_epoch(self, to: int) -> int:
+        """Raise the topic's producer epoch to at least ``to`` (never lowers it); return the epoch.
+
+        Producers registered with a lower epoch are fenced from then on.
+        """
 
         def build(snap: Snapshot) -> list[Action]:
-            return [Txn(appId=TXN_PRODUCER_EPOCH, version=snap.producer_epoch + 1,
-                        lastUpdated=int(time.time() * 1000))]
+            if snap.producer_epoch >= to:
+                raise NothingToCommit("epoch already there")
+            return [Txn(appId=TXN_PRODUCER_EPOCH, version=to, lastUpdated=int(time.time() * 1000))]
 
-        result = self.log.commit(build, operation="FENCE PRODUCERS")
+        try:
+            result = self.log.commit(build, operation="FENCE PRODUCERS")
+        except NothingToCommit:
+            return self.log.snapshot().producer_epoch
         self.notify()
         return result.snapshot.producer_epoch
 
@@ -488,6 +509,20 @@ def _producer_txns(rows: pa.Table, now_ms: int) -> list[Action]:
         if name is not None and seq is not None:
             out.append(Txn(appId=name, version=seq, lastUpdated=now_ms))
     return out
+
+
+def _check_app_ids(table: pa.Table, txn: tuple[str, int] | None) -> None:
+    """Producer names and txn app ids share the log's txn namespace with our reserved ``pubsub.`` ids."""
+    if txn is not None and txn[0].startswith(RESERVED_TXN_PREFIX) and not txn[0].startswith("pubsub.sink."):
+        raise InvalidMessage(f"txn app id {txn[0]!r} uses the reserved prefix {RESERVED_TXN_PREFIX!r}")
+    names = table.column("producer_name")
+    if names.null_count < table.num_rows:
+        reserved = pc.any(pc.starts_with(names, RESERVED_TXN_PREFIX)).as_py()
+        if reserved:
+            raise InvalidMessage(
+                f"a producer name starts with the reserved prefix {RESERVED_TXN_PREFIX!r}; pick another name",
+                column="producer_name",
+            )
 
 
 def _suffix(compression: CompressionType) -> str:

@@ -20,6 +20,7 @@ from broker_core.broker import Broker
 from broker_core.client.args import check_positive, check_str_map, check_type, check_type_or_none
 from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.consumer import Consumer
+from broker_core.client.non_persistent import create_non_persistent_producer, create_non_persistent_reader
 from broker_core.client.policies import (
     ConsumerBatchReceivePolicy,
     ConsumerDeadLetterPolicy,
@@ -147,6 +148,8 @@ class Client:
     def get_topic_partitions(self, topic: str) -> list[str]:
         """Partition names of a partitioned topic, or ``[topic]`` for a non-partitioned one."""
         self._check_open()
+        if not TopicName.parse(check_type(str, topic, "topic")).is_persistent:
+            return [str(p) for p in self._broker.partitions(TopicName.parse(topic))]
         _, partitions = self._resolve(topic)
         return [str(p) for p in partitions]
 
@@ -213,6 +216,13 @@ class Client:
                 f"producer_name {producer_name!r} is not allowed: it must be non-empty and may not start "
                 "with the reserved prefix 'pubsub.'"
             )
+        if not TopicName.parse(check_type(str, topic, "topic")).is_persistent:  # docs/NON_PERSISTENT.md
+            return create_non_persistent_producer(  # type: ignore[return-value]  # Producer's methods
+                self, topic, producer_name=producer_name, schema=schema,
+                initial_sequence_id=initial_sequence_id, chunking_enabled=chunking_enabled,
+                message_routing_mode=message_routing_mode, message_router=message_router,
+                hashing_scheme=hashing_scheme, access_mode=access_mode, properties=props,
+            )
         name, partitions = self._resolve(topic)
         router: MessageRouter | None = None
         if len(partitions) > 1 or partitions[0] != name:
@@ -274,6 +284,11 @@ class Client:
         if is_read_compacted:
             raise OperationNotSupported(
                 "is_read_compacted=True needs topic compaction, which this version does not have yet"
+            )
+        if not TopicName.parse(check_type(str, topic, "topic")).is_persistent:  # docs/NON_PERSISTENT.md
+            return create_non_persistent_reader(  # type: ignore[return-value]  # Reader's methods
+                self, topic, start_message_id=start_message_id, receiver_queue_size=receiver_queue_size,
+                reader_name=reader_name, schema=schema, reader_listener=reader_listener,
             )
         name, partitions = self._resolve(topic)
         reader = Reader(

@@ -164,7 +164,7 @@ class Producer:
             for q in self._queues:
                 while True:
                     try:
-                        q.registry.register(
+                        q.epoch = q.registry.register(
                             self._name, self._access_mode, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms
                         )
                         break
@@ -173,10 +173,7 @@ class Producer:
                             raise
                         time.sleep(0.05)
                 registered.append(q)
-                if self._access_mode == ProducerAccessMode.Shared:
-                    q.epoch = q.log.snapshot().producer_epoch
-                else:
-                    q.epoch = q.log.bump_producer_epoch()
+                q.log.bump_producer_epoch(to=q.epoch)  # fences whoever held an older epoch
         except BaseException:
             for q in registered:
                 with contextlib.suppress(Exception):

@@ -16,6 +16,12 @@ from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.args import check_positive, check_str_map, check_type, check_type_or_none
 from broker_core.client.consumer import Consumer
 from broker_core.client.dead_letters import DeadLetters, retry_topic_name
+from broker_core.client.non_persistent import (
+    check_pattern_mode,
+    is_non_persistent_subscription,
+    list_non_persistent_topics,
+    subscribe_non_persistent,
+)
 from broker_core.client.policies import (
     ConsumerBatchReceivePolicy,
     ConsumerDeadLetterPolicy,
@@ -160,6 +166,18 @@ def subscribe(
                           schema=schema, durable=durable, initial_position=initial_position)
 
     topics, label, discover_ns, pattern = _resolve_topics(topic, regex_subscription_mode, client)
+    if is_non_persistent_subscription(topics, pattern):  # in memory, this process: docs/NON_PERSISTENT.md
+        return subscribe_non_persistent(  # type: ignore[return-value]  # Consumer's methods
+            client, topics, subscription_name, topic_label=label, pattern=pattern, namespace=discover_ns,
+            consumer_type=consumer_type, schema=schema, message_listener=message_listener,
+            receiver_queue_size=receiver_queue_size, consumer_name=name,
+            unacked_messages_timeout_ms=unacked_messages_timeout_ms,
+            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
+            negative_ack_backoff=negative_ack_backoff, batch_receive_policy=batch_receive_policy,
+            key_shared=key_shared, priority_level=priority_level, retry_enable=retry_enable,
+            dead_letter_policy=dead_letter_policy,
+            pattern_auto_discovery_period=pattern_auto_discovery_period,
+        )
     if retry_enable:
         topics = topics + [
             TopicName.parse(retry_topic_name(str(t), subscription_name, dead_letter_policy)) for t in topics
@@ -216,11 +234,12 @@ def _resolve_topics(
                 f"topic pattern {topic.pattern!r} must start with 'persistent://tenant/namespace/' so the "
                 "namespace to watch is known"
             )
-        if mode == RegexSubscriptionMode.NonPersistentOnly or match.group(1) == "non-persistent":
-            raise OperationNotSupported("pattern subscriptions on non-persistent topics are not supported yet")
+        non_persistent = match.group(1) == "non-persistent"
+        check_pattern_mode(mode, non_persistent=non_persistent, pattern=topic.pattern)
         namespace = NamespaceName.parse(f"{match.group(2)}/{match.group(3)}")
-        names = [TopicName.parse(t) for t in client._broker.admin.list_topics(str(namespace))
-                 if topic.fullmatch(t)]
+        listed = (list_non_persistent_topics(client, namespace) if non_persistent
+                  else client._broker.admin.list_topics(str(namespace)))
+        names = [TopicName.parse(t) for t in listed if topic.fullmatch(t)]
         return names, topic.pattern, namespace, topic
     raise InvalidConfiguration(
         f"argument 'topic' must be a str, a list of str or a compiled regex pattern, got {type(topic).__name__}"

@@ -11,12 +11,24 @@ import io
 import json
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from broker_core.errors import LogCorrupted
 from broker_core.log.actions import Action, Add, Format, Metadata, Protocol, Remove, Txn
-from broker_core.log.snapshot import Snapshot
+from broker_core.log.segment_ref import (
+    TAG_BASE_ENTRY_ID,
+    TAG_BASE_OFFSET,
+    TAG_ENTRY_LAYOUT,
+    TAG_MAX_PUBLISH_MS,
+    TAG_MIN_PUBLISH_MS,
+    TAG_NUM_RECORDS,
+    SegmentRef,
+    layout_to_str,
+)
+from broker_core.log.snapshot import Snapshot, assemble_snapshot
 from broker_core.storage import FileIO
 
 LOG_DIR = "_delta_log"
@@ -116,7 +128,8 @@ def _items(mapping: dict[str, str] | None) -> list[tuple[str, str]] | None:
 
 
 def checkpoint_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
-    """One row per action of the snapshot, in the classic checkpoint layout."""
+    """One row per non-``add`` action of the snapshot (adds are built column-wise, see
+    ``_add_rows``), in the classic checkpoint layout."""
     meta = snapshot.metadata
     rows = [
         _row(
@@ -143,22 +156,6 @@ def checkpoint_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
     for txn in snapshot.txns.values():
         body = {"appId": txn.app_id, "version": txn.version, "lastUpdated": txn.last_updated}
         rows.append(_row("txn", body))
-    for seg in snapshot.segments:
-        stats = json.dumps({"numRecords": seg.num_records}, separators=(",", ":"))
-        rows.append(
-            _row(
-                "add",
-                {
-                    "path": seg.path,
-                    "partitionValues": [],
-                    "size": seg.size_bytes,
-                    "modificationTime": seg.modification_time_ms,
-                    "dataChange": False,
-                    "stats": stats,
-                    "tags": list(seg.tags().items()),
-                },
-            )
-        )
     for rm in snapshot.tombstones.values():
         rows.append(
             _row(
@@ -177,6 +174,53 @@ def checkpoint_rows(snapshot: Snapshot) -> list[dict[str, Any]]:
     return rows
 
 
+_TAG_KEYS = [TAG_BASE_OFFSET, TAG_NUM_RECORDS, TAG_BASE_ENTRY_ID, TAG_ENTRY_LAYOUT, TAG_MIN_PUBLISH_MS,
+             TAG_MAX_PUBLISH_MS]
+
+
+def _add_rows(snapshot: Snapshot) -> pa.Table:
+    """The ``add`` rows of a checkpoint, built column-wise: a topic can have many live segments."""
+    segs = snapshot.segments
+    n = len(segs)
+    add_type = CHECKPOINT_SCHEMA.field("add").type
+    offsets = pa.array(np.arange(0, len(_TAG_KEYS) * n + 1, len(_TAG_KEYS), dtype=np.int32))
+    values = [v for seg in segs for v in (str(seg.base_offset), str(seg.num_records), str(seg.base_entry_id),
+                                          layout_to_str(seg.layout), str(seg.min_publish_ms),
+                                          str(seg.max_publish_ms))]
+    tags = pa.MapArray.from_arrays(offsets, pa.array(_TAG_KEYS * n, pa.string()), pa.array(values, pa.string()))
+    empty = pa.MapArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()),
+                                    pa.array([], pa.string()))
+    add = pa.StructArray.from_arrays(
+        [
+            pa.array([seg.path for seg in segs], pa.string()),
+            empty.cast(add_type.field("partitionValues").type),
+            pa.array([seg.size_bytes for seg in segs], pa.int64()),
+            pa.array([seg.modification_time_ms for seg in segs], pa.int64()),
+            pa.array(np.zeros(n, dtype=bool)),
+            pa.array([f'{{"numRecords":{seg.num_records}}}' for seg in segs], pa.string()),
+            tags.cast(add_type.field("tags").type),
+        ],
+        fields=list(add_type),
+    )
+    columns = [add if f.name == "add" else pa.array([None] * n, f.type) for f in CHECKPOINT_SCHEMA]
+    return pa.Table.from_arrays(columns, schema=CHECKPOINT_SCHEMA)
+
+
+def _segments_from(adds: pa.StructArray) -> list[SegmentRef]:
+    paths = adds.field("path").to_pylist()
+    sizes = adds.field("size").to_pylist()
+    mtimes = adds.field("modificationTime").to_pylist()
+    tags = adds.field("tags")
+    keys = tags.keys.to_pylist()
+    items = tags.items.to_pylist()
+    bounds = tags.offsets.to_pylist()
+    out = []
+    for i, path in enumerate(paths):
+        lo, hi = bounds[i], bounds[i + 1]
+        out.append(SegmentRef.from_add(path, sizes[i], mtimes[i], dict(zip(keys[lo:hi], items[lo:hi], strict=True))))
+    return out
+
+
 def write_checkpoint(io_: FileIO, table_path: str, snapshot: Snapshot) -> bool:
     """Write the checkpoint of ``snapshot`` and then the ``_last_checkpoint`` hint.
 
@@ -184,14 +228,14 @@ def write_checkpoint(io_: FileIO, table_path: str, snapshot: Snapshot) -> bool:
     describe the same state).
     """
     rows = checkpoint_rows(snapshot)
-    table = pa.Table.from_pylist(rows, schema=CHECKPOINT_SCHEMA)
+    table = pa.concat_tables([pa.Table.from_pylist(rows, schema=CHECKPOINT_SCHEMA), _add_rows(snapshot)])
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="snappy")
     data = sink.getvalue()
     created = io_.put_if_absent(checkpoint_path(table_path, snapshot.version), data)
     hint = {
         "version": snapshot.version,
-        "size": len(rows),
+        "size": table.num_rows,
         "sizeInBytes": len(data),
         "numOfAddFiles": len(snapshot.segments),
     }
@@ -222,22 +266,19 @@ def read_checkpoint(io_: FileIO, table_path: str, version: int) -> Snapshot | No
         table = pq.read_table(io_.open_input(path))
     except (OSError, pa.ArrowInvalid) as exc:
         raise LogCorrupted(f"checkpoint {path!r} is unreadable: {exc}", version=version) from exc
+    add_column = table.column("add").combine_chunks()
+    add_valid = add_column.is_valid()
+    try:
+        segments = _segments_from(add_column.filter(add_valid))
+    except (KeyError, ValueError) as exc:  # e.g. deltalake's checkpoint after a foreign append
+        raise LogCorrupted(
+            f"checkpoint {path!r} adds a file without valid pubsub tags ({exc!r}): a foreign writer changed "
+            "this topic; only spark-pubsub may write to a topic's table",
+            version=version,
+        ) from exc
     actions: list[Action] = []
-    for row in table.to_pylist():
-        if row.get("add"):
-            a = row["add"]
-            actions.append(
-                Add(
-                    path=a["path"],
-                    partitionValues=dict(a["partitionValues"] or []),
-                    size=a["size"],
-                    modificationTime=a["modificationTime"],
-                    dataChange=a["dataChange"],
-                    stats=a.get("stats"),
-                    tags=dict(a["tags"] or []),
-                )
-            )
-        elif row.get("remove"):
+    for row in table.filter(pc.invert(add_valid)).to_pylist():
+        if row.get("remove"):
             r = row["remove"]
             actions.append(
                 Remove(
@@ -274,7 +315,11 @@ def read_checkpoint(io_: FileIO, table_path: str, version: int) -> Snapshot | No
             actions.append(
                 Protocol(minReaderVersion=p["minReaderVersion"], minWriterVersion=p["minWriterVersion"])
             )
-    return Snapshot.from_actions(version, actions)
+    shell = Snapshot.from_actions(version, actions)
+    if any(isinstance(a, Add) for a in actions):
+        raise LogCorrupted(f"checkpoint {path!r} has adds outside the add column", version=version)
+    return assemble_snapshot(version, shell.protocol, shell.metadata, segments, dict(shell.txns),
+                             dict(shell.tombstones))
 
 
 __all__ = [

@@ -152,6 +152,18 @@ class Snapshot:
         return _build(version, protocol, metadata, ordered, txns, tombstones)
 
 
+def assemble_snapshot(
+    version: int,
+    protocol: Protocol,
+    metadata: Metadata,
+    segments: list[SegmentRef],
+    txns: dict[str, Txn],
+    tombstones: dict[str, Remove],
+) -> Snapshot:
+    """A snapshot from already-decoded parts (the columnar checkpoint reader uses this)."""
+    return _build(version, protocol, metadata, tuple(sorted(segments, key=lambda s: s.base_offset)), txns, tombstones)
+
+
 def _segment_from_add(action: Add, version: int) -> SegmentRef:
     tags = action.tags or {}
     if TAG_BASE_OFFSET not in tags:
@@ -206,4 +218,5 @@ __all__ = [
     "TXN_NEXT_OFFSET",
     "TXN_PRODUCER_EPOCH",
     "Snapshot",
+    "assemble_snapshot",
 ]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from broker_core.errors import CommitConflict, LogCorrupted, TopicNotFound
 from broker_core.log.actions import Action, CommitInfo, Metadata, Protocol, decode_actions, encode_actions
-from broker_core.log.checkpoint import LOG_DIR, read_checkpoint, read_last_checkpoint, write_checkpoint
+from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, read_checkpoint, read_last_checkpoint, write_checkpoint
 from broker_core.log.snapshot import Snapshot
 from broker_core.storage import FileIO
 
@@ -56,19 +56,31 @@ class TransactionLog:
     """
 
     def __init__(
-        self, io: FileIO, table_path: str, *, checkpoint_interval: int = 100, max_retries: int = 1000
+        self,
+        io: FileIO,
+        table_path: str,
+        *,
+        checkpoint_interval: int = 100,
+        max_retries: int = 1000,
+        background_checkpoints: bool = False,
     ) -> None:
         self.io = io
         self.table_path = table_path
         self.checkpoint_interval = checkpoint_interval
         self.max_retries = max_retries
+        self.background_checkpoints = background_checkpoints
         self._lock = threading.RLock()
         self._snapshot: Snapshot | None = None
+        self._pending_checkpoint: Snapshot | None = None
+        self._checkpointer: threading.Thread | None = None
+        self._checkpoint_lock = threading.Lock()
 
     # -- reading ------------------------------------------------------------------------------------
 
     def exists(self) -> bool:
-        return self._snapshot is not None or self.io.exists(commit_path(self.table_path, 0))
+        """Version 0, or a checkpoint hint once log cleanup removed the oldest commits."""
+        return (self._snapshot is not None or self.io.exists(commit_path(self.table_path, 0))
+                or self.io.exists(f"{self.table_path}/{LOG_DIR}/{LAST_CHECKPOINT}"))
 
     def _read_version(self, version: int) -> list[Action] | None:
         data = self.io.read_bytes(commit_path(self.table_path, version))
@@ -180,7 +192,7 @@ class TransactionLog:
                     snapshot = applied
                     self._snapshot = snapshot
                     if version % self.checkpoint_interval == 0:
-                        write_checkpoint(self.io, self.table_path, snapshot)
+                        self._checkpoint_soon(snapshot)
                     return CommitResult(version=version, snapshot=snapshot, attempts=attempt)
                 # lost the race: catch up and re-validate
                 snapshot = self._replay_from(snapshot)
@@ -191,6 +203,37 @@ class TransactionLog:
                 "too many writers on one partition: add partitions or raise commitMaxRetries",
                 path=self.table_path,
             )
+
+    def _checkpoint_soon(self, snapshot: Snapshot) -> None:
+        """Write a checkpoint of ``snapshot`` now, or on a background thread so the commit that
+        crossed the interval does not pay for it (its cost grows with the number of live segments)."""
+        if not self.background_checkpoints:
+            write_checkpoint(self.io, self.table_path, snapshot)
+            return
+        with self._checkpoint_lock:
+            self._pending_checkpoint = snapshot
+            if self._checkpointer is None or not self._checkpointer.is_alive():
+                self._checkpointer = threading.Thread(target=self._drain_checkpoints, daemon=True,
+                                                      name=f"pubsub-checkpoint-{self.table_path}")
+                self._checkpointer.start()
+
+    def _drain_checkpoints(self) -> None:
+        while True:
+            with self._checkpoint_lock:
+                snapshot, self._pending_checkpoint = self._pending_checkpoint, None
+                if snapshot is None:
+                    self._checkpointer = None
+                    return
+            try:
+                write_checkpoint(self.io, self.table_path, snapshot)
+            except Exception:  # a later interval or a reopening process writes the next one
+                continue
+
+    def wait_for_checkpoints(self, timeout_s: float = 30.0) -> None:
+        """Block until background checkpoints are written (tests, clean shutdown)."""
+        thread = self._checkpointer
+        if thread is not None:
+            thread.join(timeout_s)
 
     def checkpoint(self) -> int:
         """Write a checkpoint of the latest version now; return that version."""

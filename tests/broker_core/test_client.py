@@ -304,17 +304,18 @@ def test_auto_creation_of_partitioned_topics(tmp_path: Path) -> None:
         client.close()
 
 
-def test_non_persistent_topics_are_refused_clearly(tmp_path: Path) -> None:
+def test_non_persistent_topics_work_in_memory_and_write_nothing(tmp_path: Path) -> None:
     client = Client(str(tmp_path))
     before = _tree(tmp_path)
     try:
-        for call in (
-            lambda: client.create_producer("non-persistent://public/default/np"),
-            lambda: client.create_reader("non-persistent://public/default/np", MessageId.earliest),
-            lambda: client.get_topic_partitions("non-persistent://public/default/np"),
-        ):
-            with pytest.raises(OperationNotSupported, match="non-persistent"):
-                call()
+        topic = "non-persistent://public/default/np"
+        assert client.get_topic_partitions(topic) == [topic]
+        reader = client.create_reader(topic, MessageId.earliest)
+        producer = client.create_producer(topic)
+        producer.send(b"hello")
+        assert reader.read_next(timeout_millis=1000).data() == b"hello"
+        with pytest.raises(OperationNotSupported, match="non-persistent"):
+            client.create_producer(topic, chunking_enabled=True)
     finally:
         client.close()
     assert _tree(tmp_path) == before
