@@ -285,11 +285,13 @@ class Cursor:
     def release(self, consumer: str, offsets: list[int], *, count_redelivery: bool = True) -> None:
         """Give claimed offsets back (nack, ack timeout, redeliver) so they are dispatched again."""
         rs = self.claims.get(consumer)
-        live = [o for o in offsets if o >= self.mark_delete and o not in self.acked]
+        # only what the consumer still holds: after its lease expired its claims were released (and
+        # counted) already, and may belong to another consumer by now
+        held = [o for o in dict.fromkeys(offsets) if o >= self.mark_delete and rs is not None and o in rs]
         if rs is not None:
-            rs.remove_offsets(live)
+            rs.remove_offsets(held)
         if count_redelivery:
-            self._count_redelivery(live)
+            self._count_redelivery(held)
 
     def count_redelivery(self, offsets: list[int]) -> None:
         """Record a redelivery of offsets that were not claimed (Exclusive/Failover nack, timeout)."""

@@ -57,6 +57,13 @@ def due_mask(window: Window, now_ms: int, *, delayed_enabled: bool) -> np.ndarra
     return (window.deliver_at_ms < 0) | (window.deliver_at_ms <= now_ms)
 
 
+def _whole(window: Window) -> np.ndarray:
+    """Rows that are not chunk heads cut off by the window's end (their chunks are claimed with them,
+    so such a head waits until the window covers all of its chunks)."""
+    rows = np.arange(len(window.offsets))
+    return (window.num_chunks <= 1) | (rows + window.num_chunks <= len(window.offsets))
+
+
 def _with_chunks(window: Window, chosen: np.ndarray) -> np.ndarray:
     """Add every later chunk of each chosen chunked message (chunks are claimed together)."""
     out = chosen.copy()
@@ -70,7 +77,7 @@ def shared_candidates(
 ) -> np.ndarray:
     """Offsets a Shared consumer may claim: unacked, unclaimed, due; oldest first."""
     owners, _ = claim_owners(cursor, window.offsets)
-    free = ~cursor.is_acked(window.offsets) & (owners < 0) & ~window.continuation
+    free = ~cursor.is_acked(window.offsets) & (owners < 0) & ~window.continuation & _whole(window)
     chosen = free & due_mask(window, now_ms, delayed_enabled=delayed_enabled)
     chosen = _limit(chosen, limit)
     return window.offsets[_with_chunks(window, chosen)]
@@ -102,7 +109,7 @@ def key_shared_candidates(
     claimed = claim_owner >= 0
     mine = hash_owner == me
     heads = ~window.continuation
-    chosen = ~acked & ~claimed & mine & due & heads
+    chosen = ~acked & ~claimed & mine & due & heads & _whole(window)
     if not allow_out_of_order:
         held_by_other = claimed & (claim_owner != my_claim)
         waiting_for_other = ~claimed & ~mine & due

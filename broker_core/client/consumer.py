@@ -99,6 +99,7 @@ class Consumer:
         self._redeliveries: dict[int, list[int]] = {}
         self._nacks: list[tuple[float, Message]] = []
         self._wake = threading.Event()
+        self._tick_lock = threading.Lock()  # one dispatch round at a time; seek waits for it
         self._closed = False
         self._paused = False
         self._errors: deque[PulsarException] = deque(maxlen=10)
@@ -166,23 +167,31 @@ class Consumer:
                 self._cv.wait(timeout=remaining)
 
     def batch_receive(self) -> list[Message]:
-        """Messages up to the batch receive policy's limits, waiting at most its timeout."""
+        """Messages up to the batch receive policy's limits, waiting at most its timeout.
+
+        As in the official client, a batch never goes over the byte limit unless its first message
+        alone does, and a negative ``timeout_ms`` waits until a limit is reached.
+        """
         policy = self._batch_policy
-        deadline = time.monotonic() + max(policy.timeout_ms, 0) / 1000
+        deadline = None if policy.timeout_ms < 0 else time.monotonic() + policy.timeout_ms / 1000
         out: list[Message] = []
         size = 0
         with self._cv:
             while True:
                 self._check_open()
-                while self._queue and (policy.max_num_message <= 0 or len(out) < policy.max_num_message) and (
-                        policy.max_num_bytes <= 0 or size < policy.max_num_bytes):
-                    msg = self._take()
-                    out.append(msg)
-                    size += len(msg.data())
-                full = (policy.max_num_message > 0 and len(out) >= policy.max_num_message) or (
+                full = False
+                while self._queue:
+                    nxt = len(self._queue[0].data())
+                    if out and ((policy.max_num_message > 0 and len(out) >= policy.max_num_message) or (
+                            policy.max_num_bytes > 0 and size + nxt > policy.max_num_bytes)):
+                        full = True
+                        break
+                    out.append(self._take())
+                    size += nxt
+                full = full or (policy.max_num_message > 0 and len(out) >= policy.max_num_message) or (
                     policy.max_num_bytes > 0 and size >= policy.max_num_bytes)
-                remaining = deadline - time.monotonic()
-                if full or remaining <= 0:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if full or (remaining is not None and remaining <= 0):
                     return out
                 self._cv.wait(timeout=remaining)
 
@@ -195,7 +204,10 @@ class Consumer:
                     return
                 msg = self._take()
             assert self._listener is not None
-            self._listener(self, msg)
+            try:
+                self._listener(self, msg)
+            except Exception:  # like the official client: log it, keep listening (the message stays unacked)
+                _LOG.exception("message listener of consumer %s on %s raised", self._name, self._topic_label)
 
     def pause_message_listener(self) -> None:
         self._paused = True
@@ -295,30 +307,42 @@ class Consumer:
         self._check_open()
         if isinstance(messageid, bool) or not isinstance(messageid, MessageId | int):
             raise InvalidConfiguration(f"seek takes a MessageId or a timestamp in ms, got {messageid!r}")
-        self._flush_acks()
-        for part in self._parts:
-            if isinstance(messageid, int):
-                offset = part.log.offset_for_publish_time(messageid)
-            elif messageid in (MessageId.earliest, MessageId.latest) or messageid.partition() in (-1, part.partition):
-                offset = part.log.offset_for_message_id(messageid, inclusive=self._inclusive)
-            else:
-                continue
+        targets = list(range(len(self._parts)))
+        if isinstance(messageid, MessageId) and messageid not in (MessageId.earliest, MessageId.latest):
+            targets = [i for i in targets if messageid.partition() in (-1, self._parts[i].partition)]
+            if len(targets) > 1:
+                # several topics: ids carry no topic name, but the ledger id tells the topics apart
+                ledger = messageid.ledger_id()
+                same = [i for i in targets if self._parts[i].log.snapshot().ledger_id == ledger]
+                targets = same or targets
+        chosen = set(targets)
+        # under the tick lock, so the background thread cannot deliver (or advance a read position)
+        # from the old position between the cursor reset and the clearing of local state
+        with self._tick_lock:
+            self._flush_acks()
+            for index in targets:
+                part = self._parts[index]
+                if isinstance(messageid, int):
+                    offset = part.log.offset_for_publish_time(messageid)
+                else:
+                    offset = part.log.offset_for_message_id(messageid, inclusive=self._inclusive)
 
-            def fn(cursor: Cursor | None, offset: int = offset) -> Cursor | None:
-                if cursor is None:
-                    return None
-                cursor.seek(offset)
-                return cursor
+                def fn(cursor: Cursor | None, offset: int = offset) -> Cursor | None:
+                    if cursor is None:
+                        return None
+                    cursor.seek(offset)
+                    return cursor
 
-            part.store.update(fn)
-            part.read_pos = -1
-            part.chunks.clear()
-        with self._cv:
-            self._queue.clear()
-            self._unacked.clear()
-            self._nacks.clear()
-            self._redeliveries.clear()
-        self._seen.clear()
+                part.store.update(fn)
+                part.read_pos = -1
+                part.chunks.clear()
+            with self._cv:
+                self._queue = deque(m for m in self._queue if m._source not in chosen)
+                self._unacked = {k: v for k, v in self._unacked.items() if k[0] not in chosen}
+                self._nacks = [(t, m) for t, m in self._nacks if m._source not in chosen]
+                for index in targets:
+                    self._redeliveries.pop(index, None)
+            self._seen.clear()
         self._wake.set()
 
     def get_last_message_id(self) -> MessageId:
@@ -333,21 +357,24 @@ class Consumer:
         """Delete the subscription (refused while other consumers are connected)."""
         self._check_open()
         now = self._clock.now_ms()
-        for part in self._parts:
-            def fn(cursor: Cursor | None) -> Cursor | None:
-                if cursor is None:
-                    return None
-                others = [n for n in cursor.live_consumers(now) if n != self._name]
-                if others:
-                    raise ConsumerBusy(
-                        f"cannot unsubscribe {self._subscription!r}: consumers {others} are still connected",
-                        subscription=self._subscription,
-                    )
-                cursor.deleted = True
-                cursor.consumers.clear()
-                return cursor
 
-            part.store.update(fn)
+        def fn(cursor: Cursor | None) -> Cursor | None:
+            if cursor is None:
+                return None
+            others = [n for n in cursor.live_consumers(now) if n != self._name]
+            if others:
+                raise ConsumerBusy(
+                    f"cannot unsubscribe {self._subscription!r}: consumers {others} are still connected",
+                    subscription=self._subscription,
+                )
+            cursor.deleted = True
+            cursor.consumers.clear()
+            return cursor
+
+        with self._tick_lock:  # the background thread must not renew (so re-create) what is deleted here
+            for part in self._parts:
+                part.store.update(fn)
+            self._closed = True
         self._shutdown(leave=False)
 
     def close(self) -> None:
@@ -379,7 +406,10 @@ class Consumer:
     def _run(self) -> None:
         while not self._closed:
             try:
-                self._tick()
+                with self._tick_lock:
+                    if self._closed:
+                        break
+                    self._tick()
             except PulsarException as exc:  # keep going: storage hiccups must not kill the consumer
                 self._errors.append(exc)
                 time.sleep(self._poll_s)
@@ -507,9 +537,19 @@ class Consumer:
         candidates = np.arange(part.read_pos, end, dtype=np.int64)
         part.read_pos = end
         fresh = ~cursor.is_acked(candidates)
+        # After a rewind (nack, ack timeout) skip what this consumer still holds locally: received and
+        # unacked, queued and not received yet, acknowledged but not flushed to the cursor yet, or
+        # negatively acknowledged and not redelivered yet (its own rewind brings it back, counted).
         with self._cv:
-            held = np.fromiter(((index, int(o)) in self._unacked for o in candidates), dtype=bool,
-                               count=len(candidates))
+            local: set[int] = set(self._pending_acks.get(index, ()))
+            local.update(self._redeliveries.get(index, ()))
+            held_msgs = [m for m, _ in self._unacked.values()] + list(self._queue)
+            for msg in held_msgs + [m for _, m in self._nacks]:
+                if msg._source == index:
+                    local.update(msg._chunk_offsets or [msg._offset])
+            upto = self._pending_cumulative.get(index, -1)
+        held = np.fromiter((int(o) in local for o in candidates), dtype=bool, count=len(candidates))
+        held |= candidates <= upto
         return candidates[fresh & ~held].tolist(), end >= snap.next_offset
 
     def _deliver(self, index: int, part: SubscriptionPart, msgs: list[Message]) -> None:

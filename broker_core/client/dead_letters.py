@@ -57,22 +57,23 @@ class DeadLetters:
 
     def should_dead_letter(self, msg: Message) -> bool:
         """At a redelivery (nack, ack timeout): has the message used up its redeliveries?"""
-        limit = self._policy.max_redeliver_count if self._policy else None
+        limit = self.max_redeliver_count  # retry without a policy implies the default limit, as in Java
         return limit is not None and msg.redelivery_count() >= limit
 
     def over_limit(self, msg: Message) -> bool:
         """At delivery: was it redelivered past the limit (e.g. its consumer died)?"""
-        limit = self._policy.max_redeliver_count if self._policy else None
+        limit = self.max_redeliver_count
         return limit is not None and msg.redelivery_count() > limit
 
     def _origin_topic(self, msg: Message, part: SubscriptionPart) -> str:
         return msg.properties().get(REAL_TOPIC) or str(part.name.partitioned_topic_name)
 
-    def _producer(self, topic: str) -> Producer:
+    def _producer(self, topic: str, *, dead_letter: bool = False) -> Producer:
         with self._lock:
             producer = self._producers.get(topic)
             if producer is None:
-                if self._policy is not None and self._policy.initial_subscription_name and topic.endswith("-DLQ"):
+                # the initial subscription belongs to the dead letter topic, whatever its name
+                if self._policy is not None and self._policy.initial_subscription_name and dead_letter:
                     self._client._broker.create_subscription(topic, self._policy.initial_subscription_name)
                 producer = self._client.create_producer(topic)
                 self._producers[topic] = producer
@@ -85,8 +86,9 @@ class DeadLetters:
         props = msg.properties()
         props.setdefault(REAL_TOPIC, origin)
         props.setdefault(ORIGIN_MESSAGE_ID, msg.message_id().to_admin_string())
-        self._producer(topic).send(msg._data, properties=props, partition_key=msg._key or None,
-                                   ordering_key=msg.ordering_key() or None)
+        producer = self._producer(topic, dead_letter=True)
+        producer.send(msg._data, properties=props, partition_key=msg._key or None,
+                      ordering_key=msg.ordering_key() or None)
 
     def reconsume_later(
         self, msg: Message, part: SubscriptionPart, delay_ms: int, properties: dict[str, str] | None

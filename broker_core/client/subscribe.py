@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.args import check_positive, check_str_map, check_type, check_type_or_none
 from broker_core.client.consumer import Consumer
@@ -30,17 +32,54 @@ from broker_core.client.policies import (
     RegexSubscriptionMode,
     SubscriptionMode,
 )
-from broker_core.client.subscription_part import MemoryCursorStore, SubscriptionPart, Store
-from broker_core.cursor import ConsumerType
+from broker_core.client.subscription_part import MemoryCursorStore, Store, SubscriptionPart
+from broker_core.compacted_view import CompactedTopic
+from broker_core.cursor import ConsumerType, Cursor
 from broker_core.cursor_store import validate_subscription_name
 from broker_core.errors import InvalidConfiguration, OperationNotSupported
-from broker_core.message import BytesSchema, Schema
+from broker_core.message import BytesSchema, Message, Schema, messages_from_rows
 from broker_core.naming import NamespaceName, TopicName
 
 if TYPE_CHECKING:
     from broker_core.client.client import Client
 
 _PATTERN_PREFIX = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/")
+
+
+class _CompactedPart(SubscriptionPart):
+    """An Exclusive or Failover consumer with ``is_read_compacted``: below the compaction horizon it
+    gets the compacted view's messages (with their original ids), and the offsets compaction dropped
+    are acknowledged as it passes them, so markDelete moves on as if they had been consumed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.compacted = CompactedTopic(self.log)
+
+    def messages_for(self, offsets: list[int], cursor: Cursor | None) -> list[Message]:
+        view = self.compacted.view()
+        if view is None or not offsets or offsets[0] >= view.horizon:
+            return super().messages_for(offsets, cursor)
+        wanted = np.asarray(offsets, dtype=np.int64)
+        below = wanted[wanted < view.horizon]
+        present = view.contains(below)
+        dropped = below[~present]
+        if len(dropped):
+
+            def skip(latest: Cursor | None) -> Cursor | None:
+                if latest is not None:
+                    latest.ack(dropped)
+                return latest
+
+            self.store.update(skip)
+        piece = view.select(below[present])
+        msgs = messages_from_rows(piece.rows, piece.offsets, piece.entry_ids, piece.batch_indexes,
+                                  ledger_id=self.log.log.cached_snapshot().ledger_id,
+                                  partition=self.partition, topic=self.display_topic, schema=self.schema)
+        counts = cursor.redelivery if cursor is not None else {}
+        for msg in msgs:
+            msg._redelivery_count = counts.get(msg._offset, 0)
+        rest = wanted[wanted >= view.horizon].tolist()
+        return self._join_chunks(piece.rows, msgs) + super().messages_for(rest, cursor)
 
 
 def _parts_for(
@@ -55,6 +94,7 @@ def _parts_for(
     schema: Schema,
     durable: bool,
     initial_position: InitialPosition,
+    read_compacted: bool = False,
 ) -> list[SubscriptionPart]:
     if not topic.is_persistent:
         raise OperationNotSupported(
@@ -68,7 +108,7 @@ def _parts_for(
     for index, name in enumerate(partitions):
         log = broker.topic_log(name)
         store: Store = broker.cursor_store(name, subscription) if durable else MemoryCursorStore()
-        part = SubscriptionPart(
+        part = (_CompactedPart if read_compacted else SubscriptionPart)(
             name=name, display_topic=str(name), partition=index if partitioned else -1, log=log, store=store,
             subscription=subscription, consumer_name=consumer_name, sub_type=consumer_type,
             priority_level=priority_level, key_shared=key_shared, schema=schema,
@@ -144,8 +184,12 @@ def subscribe(
     check_type_or_none(MultiplierRedeliveryBackoff, negative_ack_backoff, "negative_ack_backoff")
     if priority_level < 0:
         raise InvalidConfiguration(f"priority_level must be >= 0, got {priority_level}")
-    if is_read_compacted:
-        raise OperationNotSupported("is_read_compacted=True needs topic compaction, which is not available yet")
+    if is_read_compacted and consumer_type not in (ConsumerType.Exclusive, ConsumerType.Failover):
+        # Pulsar's rule: a Shared or Key_Shared consumer would skip other consumers' keys' history
+        raise InvalidConfiguration(
+            f"is_read_compacted=True can only be used with Exclusive or Failover subscriptions, not "
+            f"{consumer_type.name} (subscription {subscription_name!r})", argument="is_read_compacted",
+        )
     if key_shared_policy is not None and consumer_type != ConsumerType.KeyShared:
         raise InvalidConfiguration("key_shared_policy applies only to ConsumerType.KeyShared")
     key_shared = None
@@ -155,6 +199,7 @@ def subscribe(
             "mode": policy.key_shared_mode.name,
             "allowOutOfOrder": policy.allow_out_of_order_delivery,
             "consistentHashing": client._broker.config.subscription_key_shared_use_consistent_hashing,
+            "replicaPoints": client._broker.config.subscription_key_shared_consistent_hashing_replica_points,
             "stickyRanges": [list(r) for r in policy.sticky_ranges],
         }
     name = consumer_name or f"consumer-{uuid.uuid4().hex[:10]}"
@@ -163,10 +208,14 @@ def subscribe(
     def parts_for(topic_name: TopicName) -> list[SubscriptionPart]:
         return _parts_for(client, topic_name, subscription=subscription_name, consumer_name=name,
                           consumer_type=consumer_type, priority_level=priority_level, key_shared=key_shared,
-                          schema=schema, durable=durable, initial_position=initial_position)
+                          schema=schema, durable=durable, initial_position=initial_position,
+                          read_compacted=is_read_compacted)
 
     topics, label, discover_ns, pattern = _resolve_topics(topic, regex_subscription_mode, client)
     if is_non_persistent_subscription(topics, pattern):  # in memory, this process: docs/NON_PERSISTENT.md
+        if is_read_compacted:
+            raise InvalidConfiguration("is_read_compacted=True can only be used with persistent topics",
+                                       argument="is_read_compacted")
         return subscribe_non_persistent(  # type: ignore[return-value]  # Consumer's methods
             client, topics, subscription_name, topic_label=label, pattern=pattern, namespace=discover_ns,
             consumer_type=consumer_type, schema=schema, message_listener=message_listener,

@@ -18,7 +18,13 @@ from broker_core.cursor import ConsumerType, Cursor, new_cursor
 from broker_core.dispatch import Window, key_shared_candidates, shared_candidates
 from broker_core.errors import SubscriptionNotFound
 from broker_core.failover import FailoverConsumer, active_consumer
-from broker_core.key_shared import AutoSplitHashRangeSelector, KeySharedConsumer, KeySharedMode, selector_for
+from broker_core.key_shared import (
+    DEFAULT_POINTS_PER_CONSUMER,
+    AutoSplitHashRangeSelector,
+    KeySharedConsumer,
+    KeySharedMode,
+    selector_for,
+)
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.naming import TopicName
 from broker_core.topic_log import TopicLog
@@ -163,7 +169,8 @@ class SubscriptionPart:
             regions = [(int(s), int(e), str(n)) for s, e, n in cursor.key_shared["regions"]]
             selector: Any = AutoSplitHashRangeSelector.from_regions(consumers, regions)
         else:
-            selector = selector_for(mode, consistent, consumers)
+            points = int(cursor.key_shared.get("replicaPoints", DEFAULT_POINTS_PER_CONSUMER))
+            selector = selector_for(mode, consistent, consumers, points_per_consumer=points)
         return selector, [c.name for c in consumers]
 
     def is_active(self, cursor: Cursor, now_ms: int) -> bool:
@@ -277,6 +284,8 @@ class SubscriptionPart:
                 out.append(msg)
                 continue
             pieces = self.chunks.setdefault(chunk_uuid, [])
+            if any(p._offset == msg._offset for p in pieces):
+                continue  # read again after a rewind (nack, ack timeout): this chunk is buffered already
             pieces.append(msg)
             if len(pieces) == total:
                 del self.chunks[chunk_uuid]

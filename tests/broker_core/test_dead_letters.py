@@ -1,0 +1,289 @@
+"""Dead letter and retry letter topics, implemented by the consumer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker_core import (
+    BrokerConfig,
+    Client,
+    Consumer,
+    ConsumerDeadLetterPolicy,
+    ConsumerType,
+    InitialPosition,
+    Message,
+    NotAllowedError,
+    Timeout,
+)
+from broker_core.client.dead_letters import DELAY_TIME, ORIGIN_MESSAGE_ID, REAL_TOPIC, RECONSUMETIMES
+from broker_core.clock import ManualClock
+
+EPOCH_MS = 1_700_000_000_000
+WAIT_MS = 10_000
+QUIET_MS = 300
+EARLIEST = InitialPosition.Earliest
+TOPIC = "persistent://public/default/t"
+DLQ = f"{TOPIC}-s-DLQ"
+RETRY = f"{TOPIC}-s-RETRY"
+
+
+def make_client(root: Path, *, clock: ManualClock | None = None, **config: Any) -> Client:
+    return Client(str(root), broker_config=BrokerConfig(fsync_enabled=False, **config), clock=clock)
+
+
+def drain(consumer: Consumer, *, ack: bool = False) -> list[Message]:
+    out: list[Message] = []
+    while True:
+        try:
+            msg = consumer.receive(QUIET_MS)
+        except Timeout:
+            return out
+        out.append(msg)
+        if ack:
+            consumer.acknowledge(msg)
+
+
+def send(client: Client, topic: str, *payloads: bytes, **kwargs: Any) -> list[Any]:
+    producer = client.create_producer(topic)
+    ids = [producer.send(p, **kwargs) for p in payloads]
+    producer.close()
+    return ids
+
+
+# -- policy objects ------------------------------------------------------------------------------------
+
+
+def test_dead_letter_policy_arguments() -> None:
+    policy = ConsumerDeadLetterPolicy(3, "dlq", "init", retry_letter_topic="retry")
+    assert (policy.max_redeliver_count, policy.dead_letter_topic, policy.initial_subscription_name,
+            policy.retry_letter_topic) == (3, "dlq", "init", "retry")
+    for bad in (0, -1, "3", 2.0, True):
+        with pytest.raises(ValueError):
+            ConsumerDeadLetterPolicy(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        ConsumerDeadLetterPolicy(1, dead_letter_topic=5)  # type: ignore[arg-type]
+
+
+# -- dead letter topic ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", [ConsumerType.Shared, ConsumerType.KeyShared])
+def test_nacked_message_is_delivered_max_plus_one_times_then_dead_lettered(
+    tmp_path: Path, kind: ConsumerType
+) -> None:
+    client = make_client(tmp_path)
+    policy = ConsumerDeadLetterPolicy(max_redeliver_count=2, initial_subscription_name="init")
+    consumer = client.subscribe("t", "s", consumer_type=kind, initial_position=EARLIEST,
+                                dead_letter_policy=policy, negative_ack_redelivery_delay_ms=0)
+    poison_id, _ = send(client, "t", b"poison", b"fine", properties={"p": "1"}, partition_key="k")
+    deliveries = []
+    while True:
+        try:
+            msg = consumer.receive(QUIET_MS)
+        except Timeout:
+            break
+        if msg.data() == b"poison":
+            deliveries.append(msg.redelivery_count())
+            consumer.negative_acknowledge(msg)
+        else:
+            consumer.acknowledge(msg)
+    assert deliveries == [0, 1, 2]
+    consumer.close()
+
+    # the dead letter was published before anyone subscribed, and the initial subscription kept it
+    dlq = client.subscribe(DLQ, "init")  # Latest, but the subscription exists at the earliest position
+    dead = dlq.receive(WAIT_MS)
+    assert dead.data() == b"poison"
+    props = dead.properties()
+    assert props[REAL_TOPIC] == TOPIC
+    assert props[ORIGIN_MESSAGE_ID] == poison_id.to_admin_string()
+    assert props["p"] == "1"
+    assert dead.partition_key() == "k"
+    assert drain(dlq) == []
+    dlq.close()
+
+    # and the original was acknowledged
+    again = client.subscribe("t", "s", consumer_type=kind, dead_letter_policy=policy)
+    assert drain(again) == []
+    again.close()
+    client.close()
+
+
+def test_custom_dead_letter_topic_gets_its_initial_subscription(tmp_path: Path) -> None:
+    client = make_client(tmp_path)
+    policy = ConsumerDeadLetterPolicy(1, dead_letter_topic="graveyard", initial_subscription_name="keeper")
+    consumer = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
+                                dead_letter_policy=policy, negative_ack_redelivery_delay_ms=0)
+    send(client, "t", b"poison")
+    for expected in (0, 1):
+        msg = consumer.receive(WAIT_MS)
+        assert msg.redelivery_count() == expected
+        consumer.negative_acknowledge(msg)
+    assert drain(consumer) == []
+    consumer.close()
+    keeper = client.subscribe("graveyard", "keeper")  # Latest: only the initial subscription has it
+    dead = keeper.receive(WAIT_MS)
+    assert dead.data() == b"poison"
+    assert dead.properties()[REAL_TOPIC] == TOPIC
+    keeper.close()
+    client.close()
+
+
+def test_message_redelivered_past_the_limit_by_dying_consumers_is_dead_lettered(tmp_path: Path) -> None:
+    client = make_client(tmp_path)
+    policy = ConsumerDeadLetterPolicy(max_redeliver_count=1)
+    send(client, "t", b"unlucky")
+
+    def subscribe() -> Consumer:
+        return client.subscribe("t", "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
+                                dead_letter_policy=policy)
+
+    for expected in (0, 1):  # each consumer leaves without acknowledging: a redelivery each time
+        consumer = subscribe()
+        assert consumer.receive(WAIT_MS).redelivery_count() == expected
+        consumer.close()
+    consumer = subscribe()
+    assert drain(consumer) == []  # redelivery count 2 > 1: straight to the DLQ
+    consumer.close()
+    reader = client.subscribe(DLQ, "check", initial_position=EARLIEST)
+    assert [m.data() for m in drain(reader)] == [b"unlucky"]
+    reader.close()
+    consumer = subscribe()
+    assert drain(consumer) == []  # acknowledged on the original subscription
+    consumer.close()
+    client.close()
+
+
+def test_ack_timeout_counts_towards_the_dead_letter_limit(tmp_path: Path) -> None:
+    client = make_client(tmp_path)
+    policy = ConsumerDeadLetterPolicy(max_redeliver_count=1)
+    consumer = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
+                                dead_letter_policy=policy, unacked_messages_timeout_ms=1000)
+    send(client, "t", b"slow")
+    assert consumer.receive(WAIT_MS).redelivery_count() == 0
+    assert consumer.receive(WAIT_MS).redelivery_count() == 1  # after the ack timeout
+    dlq = client.subscribe(DLQ, "check", initial_position=EARLIEST)
+    assert dlq.receive(WAIT_MS).data() == b"slow"  # after the second timeout
+    assert drain(consumer) == []
+    dlq.close()
+    consumer.close()
+    client.close()
+
+
+# -- retry letter topic --------------------------------------------------------------------------------------
+
+
+def test_reconsume_later_needs_retry_enabled(tmp_path: Path) -> None:
+    client = make_client(tmp_path)
+    consumer = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST)
+    send(client, "t", b"x")
+    msg = consumer.receive(WAIT_MS)
+    with pytest.raises(NotAllowedError):
+        consumer.reconsume_later(msg, 1000)
+    consumer.close()
+    retrying = client.subscribe("t", "s2", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
+                                retry_enable=True)
+    msg = retrying.receive(WAIT_MS)
+    with pytest.raises(ValueError):
+        retrying.reconsume_later(msg, "1000")  # type: ignore[arg-type]
+    retrying.close()
+    client.close()
+
+
+def test_retry_letter_topic_round_trip_then_dead_letter(tmp_path: Path) -> None:
+    clock = ManualClock(EPOCH_MS)
+    client = make_client(tmp_path, clock=clock)
+    policy = ConsumerDeadLetterPolicy(max_redeliver_count=2)
+    consumer = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
+                                retry_enable=True, dead_letter_policy=policy)
+    (origin_id,) = send(client, "t", b"job", properties={"user": "u1"})
+    msg = consumer.receive(WAIT_MS)
+    assert msg.topic_name() == TOPIC
+    for attempt in (1, 2):
+        consumer.reconsume_later(msg, 1_000, {"attempt": str(attempt)})
+        assert drain(consumer) == []  # not before the delay
+        clock.advance(999)
+        assert drain(consumer) == []
+        clock.advance(1)
+        msg = consumer.receive(WAIT_MS)
+        assert msg.topic_name() == RETRY
+        assert msg.data() == b"job"
+        props = msg.properties()
+        assert props[RECONSUMETIMES] == str(attempt)
+        assert props[DELAY_TIME] == "1000"
+        assert props[REAL_TOPIC] == TOPIC
+        assert props[ORIGIN_MESSAGE_ID] == origin_id.to_admin_string()
+        assert props["user"] == "u1" and props["attempt"] == str(attempt)
+    consumer.reconsume_later(msg, 1_000)  # a third reconsume exceeds max_redeliver_count=2
+    clock.advance(5_000)
+    assert drain(consumer) == []
+    dlq = client.subscribe(DLQ, "check", initial_position=EARLIEST)
+    dead = dlq.receive(WAIT_MS)
+    assert dead.data() == b"job"
+    assert dead.properties()[REAL_TOPIC] == TOPIC
+    assert dead.properties()[ORIGIN_MESSAGE_ID] == origin_id.to_admin_string()
+    dlq.close()
+    consumer.close()
+    again = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, retry_enable=True,
+                             dead_letter_policy=policy)
+    assert drain(again) == []  # the original and every retry copy were acknowledged
+    again.close()
+    client.close()
+
+
+def test_custom_retry_letter_topic(tmp_path: Path) -> None:
+    client = make_client(tmp_path)
+    policy = ConsumerDeadLetterPolicy(5, retry_letter_topic="my-retries")
+    consumer = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
+                                retry_enable=True, dead_letter_policy=policy)
+    send(client, "t", b"job")
+    consumer.reconsume_later(consumer.receive(WAIT_MS), 0)
+    msg = consumer.receive(WAIT_MS)
+    assert msg.topic_name() == "persistent://public/default/my-retries"
+    assert msg.properties()[RECONSUMETIMES] == "1"
+    consumer.acknowledge(msg)
+    consumer.close()
+    client.close()
+
+
+def test_retry_without_a_policy_dead_letters_after_sixteen_reconsumes(tmp_path: Path) -> None:
+    client = make_client(tmp_path)
+    consumer = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
+                                retry_enable=True)
+    send(client, "t", b"job")
+    msg = consumer.receive(WAIT_MS)
+    for attempt in range(1, 17):
+        consumer.reconsume_later(msg, 0)
+        msg = consumer.receive(WAIT_MS)
+        assert msg.properties()[RECONSUMETIMES] == str(attempt)
+    consumer.reconsume_later(msg, 0)
+    assert drain(consumer) == []
+    consumer.close()
+    dlq = client.subscribe(DLQ, "check", initial_position=EARLIEST)
+    assert [m.data() for m in drain(dlq)] == [b"job"]
+    dlq.close()
+    client.close()
+
+
+def test_retry_without_a_policy_limits_negative_acks_too(tmp_path: Path) -> None:
+    client = make_client(tmp_path)
+    consumer = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
+                                retry_enable=True, negative_ack_redelivery_delay_ms=0)
+    send(client, "t", b"job")
+    counts = []
+    while True:
+        try:
+            msg = consumer.receive(QUIET_MS)
+        except Timeout:
+            break
+        counts.append(msg.redelivery_count())
+        consumer.negative_acknowledge(msg)
+    assert counts == list(range(17))  # the Java client's default limit of 16 redeliveries
+    consumer.close()
+    dlq = client.subscribe(DLQ, "check", initial_position=EARLIEST)
+    assert [m.data() for m in drain(dlq)] == [b"job"]
+    dlq.close()
+    client.close()
