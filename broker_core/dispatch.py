@@ -14,10 +14,18 @@ new owner waits until the old owner's outstanding messages of that hash are ackn
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from broker_core.cursor import Cursor
+from broker_core.key_shared import (
+    DEFAULT_POINTS_PER_CONSUMER,
+    AutoSplitHashRangeSelector,
+    KeySharedConsumer,
+    KeySharedMode,
+    selector_for,
+)
 
 HASH_SLOTS = 65536
 
@@ -35,6 +43,30 @@ class Window:
     @property
     def end(self) -> int:
         return int(self.offsets[-1]) + 1 if len(self.offsets) else 0
+
+
+def cursor_selector(cursor: Cursor, now_ms: int) -> tuple[Any, list[str]]:
+    """The Key_Shared selector of a cursor's live consumers, and their names in selector order.
+
+    AUTO_SPLIT hash ranges come from the layout the cursor keeps (it depends on join/leave history);
+    consistent hashing and STICKY are computed from the consumers themselves.
+    """
+    live = sorted(cursor.live_consumers(now_ms).values(), key=lambda c: c.join_order)
+    consumers = [
+        KeySharedConsumer(name=c.name, join_order=c.join_order,
+                          sticky_ranges=tuple((int(r[0]), int(r[1])) for r in c.sticky_ranges))
+        for c in live
+    ]
+    mode = KeySharedMode[cursor.key_shared.get("mode", "AutoSplit")]
+    consistent = bool(cursor.key_shared.get("consistentHashing", False))
+    selector: Any
+    if mode == KeySharedMode.AutoSplit and not consistent and "regions" in cursor.key_shared:
+        regions = [(int(s), int(e), str(n)) for s, e, n in cursor.key_shared["regions"]]
+        selector = AutoSplitHashRangeSelector.from_regions(consumers, regions)
+    else:
+        points = int(cursor.key_shared.get("replicaPoints", DEFAULT_POINTS_PER_CONSUMER))
+        selector = selector_for(mode, consistent, consumers, points_per_consumer=points)
+    return selector, [c.name for c in consumers]
 
 
 def claim_owners(cursor: Cursor, offsets: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -157,6 +189,7 @@ __all__ = [
     "HASH_SLOTS",
     "Window",
     "claim_owners",
+    "cursor_selector",
     "draining_hashes",
     "due_mask",
     "key_shared_candidates",

@@ -12,25 +12,11 @@ from typing import Any
 import numpy as np
 
 from broker_core.broker import Broker
-from broker_core.cursor import ConsumerType, Cursor
+from broker_core.cursor import ConsumerType
 from broker_core.cursor_store import list_subscriptions
-from broker_core.dispatch import HASH_SLOTS, claim_owners
-from broker_core.key_shared import AutoSplitHashRangeSelector, KeySharedConsumer, KeySharedMode, selector_for
+from broker_core.dispatch import HASH_SLOTS, claim_owners, cursor_selector
 from broker_core.naming import TopicName
 from broker_core.producer_registry import ProducerRegistry
-
-
-def _selector(cursor: Cursor, now_ms: int) -> tuple[Any, list[str]]:
-    live = sorted(cursor.live_consumers(now_ms).values(), key=lambda c: c.join_order)
-    consumers = [KeySharedConsumer(name=c.name, join_order=c.join_order,
-                                   sticky_ranges=tuple(tuple(r) for r in c.sticky_ranges))  # type: ignore[misc]
-                 for c in live]
-    mode = KeySharedMode[cursor.key_shared.get("mode", "AutoSplit")]
-    consistent = bool(cursor.key_shared.get("consistentHashing", False))
-    if mode == KeySharedMode.AutoSplit and not consistent and "regions" in cursor.key_shared:
-        regions = [(int(s), int(e), str(n)) for s, e, n in cursor.key_shared["regions"]]
-        return AutoSplitHashRangeSelector.from_regions(consumers, regions), [c.name for c in consumers]
-    return selector_for(mode, consistent, consumers), [c.name for c in consumers]
 
 
 def subscription_stats(broker: Broker, topic: TopicName, subscription: str, *, now_ms: int) -> dict[str, Any]:
@@ -48,7 +34,7 @@ def subscription_stats(broker: Broker, topic: TopicName, subscription: str, *, n
     draining: dict[str, list[int]] = {}
     live = cursor.live_consumers(now_ms)
     if cursor.sub_type == ConsumerType.KeyShared and live:
-        selector, names = _selector(cursor, now_ms)
+        selector, names = cursor_selector(cursor, now_ms)
         ranges = selector.ranges()
         held = [(name, rs) for name, rs in cursor.claims.items() if rs]
         if held:

@@ -15,16 +15,9 @@ import numpy as np
 import pyarrow as pa
 
 from broker_core.cursor import ConsumerType, Cursor, new_cursor
-from broker_core.dispatch import Window, key_shared_candidates, shared_candidates
+from broker_core.dispatch import Window, cursor_selector, key_shared_candidates, shared_candidates
 from broker_core.errors import SubscriptionNotFound
 from broker_core.failover import FailoverConsumer, active_consumer
-from broker_core.key_shared import (
-    DEFAULT_POINTS_PER_CONSUMER,
-    AutoSplitHashRangeSelector,
-    KeySharedConsumer,
-    KeySharedMode,
-    selector_for,
-)
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.naming import TopicName
 from broker_core.topic_log import TopicLog
@@ -157,21 +150,7 @@ class SubscriptionPart:
     # -- who delivers what ---------------------------------------------------------------------------
 
     def selector(self, cursor: Cursor, now_ms: int) -> tuple[Any, list[str]]:
-        live = sorted(cursor.live_consumers(now_ms).values(), key=lambda c: c.join_order)
-        consumers = [
-            KeySharedConsumer(name=c.name, join_order=c.join_order,
-                              sticky_ranges=tuple(tuple(r) for r in c.sticky_ranges))  # type: ignore[misc]
-            for c in live
-        ]
-        mode = KeySharedMode[cursor.key_shared.get("mode", "AutoSplit")]
-        consistent = bool(cursor.key_shared.get("consistentHashing", False))
-        if mode == KeySharedMode.AutoSplit and not consistent and "regions" in cursor.key_shared:
-            regions = [(int(s), int(e), str(n)) for s, e, n in cursor.key_shared["regions"]]
-            selector: Any = AutoSplitHashRangeSelector.from_regions(consumers, regions)
-        else:
-            points = int(cursor.key_shared.get("replicaPoints", DEFAULT_POINTS_PER_CONSUMER))
-            selector = selector_for(mode, consistent, consumers, points_per_consumer=points)
-        return selector, [c.name for c in consumers]
+        return cursor_selector(cursor, now_ms)
 
     def is_active(self, cursor: Cursor, now_ms: int) -> bool:
         """Exclusive: always; Failover: the elected consumer of this partition."""
