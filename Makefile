@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(PY) scripts/demo.py --root demo-data
+	$(PY) scripts/demo_spark.py --root demo-data
 
 test: $(STAMP)
 	$(PY) -m pytest -q

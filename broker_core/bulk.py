@@ -8,18 +8,21 @@ vectorised; each partition's rows become one segment and one entry (a batch) in 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.errors import InvalidMessage, MessageTooBig
+from broker_core.errors import BrokerPersistenceError, InvalidConfiguration, InvalidMessage, MessageTooBig
 from broker_core.hashing import HashingScheme, sticky_key_hash_array
 from broker_core.routing import RoundRobinRouter, partitions_for_keys
 from broker_core.segment import SEGMENT_SCHEMA, TIMESTAMP, CompressionType
-from broker_core.topic_log import AppendResult, TopicLog
+from broker_core.storage import FileIO
+from broker_core.topic_log import AppendResult, StagedSegment, TopicLog
 
 _TEXT = (pa.string(), pa.large_string())
 _BYTES = (pa.binary(), pa.large_binary())
@@ -173,4 +176,170 @@ def append_partitioned(
     return out
 
 
-__all__ = ["INPUT_COLUMNS", "PartitionAppend", "append_partitioned", "route_rows", "to_segment_rows"]
+# --- distributed writes: staged segments committed exactly once per (app id, version) ---------------
+
+STAGED_TXN_DIR = "_pubsub/txn"
+_APP_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-.=]{0,199}")
+
+
+def _staged_dir(app_id: str) -> str:
+    if not _APP_ID_RE.fullmatch(app_id):
+        raise InvalidConfiguration(
+            f"app id {app_id!r} must be 1-200 characters of [A-Za-z0-9_-.=] starting with a letter or digit"
+        )
+    return f"{STAGED_TXN_DIR}/{app_id}"
+
+
+def staged_manifest_path(app_id: str, version: int) -> str:
+    """Where the intent of ``commit_staged_once(app_id, version)`` is recorded (relative to the root)."""
+    return f"{_staged_dir(app_id)}/{version:020d}.json"
+
+
+def _encode_manifest(app_id: str, version: int, staged: Mapping[str, Sequence[StagedSegment]],
+                     owner: str | None) -> bytes:
+    topics = {
+        topic: [{"path": s.path, "size": s.size_bytes, "numRecords": s.num_records,
+                 "minPublishMs": s.min_publish_ms, "maxPublishMs": s.max_publish_ms} for s in segs]
+        for topic, segs in sorted(staged.items())
+    }
+    manifest = {"appId": app_id, "version": version, "owner": owner, "topics": topics}
+    return json.dumps(manifest, sort_keys=True).encode()
+
+
+def _decode_manifest(data: bytes) -> dict[str, list[StagedSegment]]:
+    raw = json.loads(data)
+    return {
+        topic: [
+            StagedSegment(path=s["path"], size_bytes=s["size"], num_records=s["numRecords"],
+                          min_publish_ms=s["minPublishMs"], max_publish_ms=s["maxPublishMs"])
+            for s in segs
+        ]
+        for topic, segs in raw["topics"].items()
+    }
+
+
+def commit_staged_once(
+    io: FileIO,
+    open_log: Callable[[str], TopicLog],
+    staged: Mapping[str, Sequence[StagedSegment]],
+    *,
+    app_id: str,
+    version: int,
+    owner: str | None = None,
+) -> dict[str, int | None]:
+    """Commit segments staged on several internal topics as the one write ``(app_id, version)``.
+
+    Each internal topic gets one commit carrying the ``txn`` action ``(app_id, version)``, so the
+    write is atomic per internal topic.  Across topics, a manifest of the intent is put (if absent)
+    under ``_pubsub/txn/<app_id>/`` before the first commit: a repeated call for the same version
+    (a replayed Spark micro-batch, maybe with differently routed rows) completes the recorded intent
+    with the *recorded* segments and deletes the ones it was handed, so every row lands exactly once
+    even when an earlier attempt died between two topics' commits.  Manifests of older versions are
+    removed once this one is complete; versions must increase (a lower version than one a topic
+    already holds is an error: the app id was reused by another writer or its checkpoint was reset).
+
+    Args:
+        io: the storage root.
+        open_log: internal topic name -> its ``TopicLog`` (created if needed).
+        staged: internal topic name -> segments staged by ``TopicLog.stage``, in commit order.
+        app_id, version: the idempotency key; ``version`` >= 0.  Calling version N means every
+            earlier version is complete (as Spark commits micro-batches).
+        owner: who may complete this app id's writes (e.g. a streaming query's identity); a recorded
+            intent of another owner is an error instead of being completed with the wrong rows.
+
+    Returns:
+        internal topic -> the log version committed, or None where it was already committed.
+    """
+    manifest = staged_manifest_path(app_id, version)
+    offered = {t: [s for s in segs if s.num_records > 0] for t, segs in staged.items()}
+    offered = {t: segs for t, segs in offered.items() if segs}
+    recorded = io.read_bytes(manifest)
+    if recorded is None and offered:
+        for topic in sorted(offered):
+            prior = open_log(topic).snapshot().txn_version(app_id)
+            if prior is not None and prior > version:
+                raise InvalidConfiguration(
+                    f"{topic} already holds write {prior} of {app_id!r}, after this write {version}: the "
+                    "id is in use by another writer, or its checkpoint was reset; use a new sink id",
+                    topic=topic, version=version,
+                )
+        if not io.put_if_absent(manifest, _encode_manifest(app_id, version, offered, owner)):
+            recorded = io.read_bytes(manifest)
+    if recorded is not None:
+        recorded_owner = json.loads(recorded).get("owner")
+        if owner is not None and recorded_owner is not None and recorded_owner != owner:
+            raise InvalidConfiguration(
+                f"write {version} of {app_id!r} was begun by {recorded_owner!r}, not by {owner!r}: the id "
+                "is in use by another writer, or its checkpoint was reset; use a new sink id",
+                version=version,
+            )
+        planned = _decode_manifest(recorded)
+        keep = {(t, s.path) for t, segs in planned.items() for s in segs}
+        for topic, segs in offered.items():
+            duplicates = [s for s in segs if (topic, s.path) not in keep]
+            if duplicates:
+                discard_staged(open_log(topic), duplicates)
+    else:
+        planned = offered
+    out: dict[str, int | None] = {}
+    for topic in sorted(planned):
+        log = open_log(topic)
+        prior = log.snapshot().txn_version(app_id)
+        if prior is not None and prior >= version:
+            out[topic] = None
+            continue
+        missing = [s.path for s in planned[topic] if not io.exists(f"{log.path}/{s.path}")]
+        if missing:
+            raise BrokerPersistenceError(
+                f"write {version} of {app_id!r} cannot be completed on {topic}: staged segment "
+                f"{missing[0]!r} is gone (deleted outside the write protocol)", topic=topic, path=missing[0],
+            )
+        out[topic] = log.commit_staged(list(planned[topic]), txn=(app_id, version))
+    for name in io.list_dir(_staged_dir(app_id)):
+        stem = name.removesuffix(".json")
+        if name.endswith(".json") and stem.isdigit() and int(stem) < version:
+            io.delete(f"{_staged_dir(app_id)}/{name}")
+    return out
+
+
+def recorded_staged(io: FileIO, *, app_id: str, version: int) -> dict[str, list[StagedSegment]] | None:
+    """The segments ``commit_staged_once(app_id, version)`` recorded it would commit, if it began."""
+    data = io.read_bytes(staged_manifest_path(app_id, version))
+    return None if data is None else _decode_manifest(data)
+
+
+def discard_staged(log: TopicLog, staged: Sequence[StagedSegment], *, keep: Collection[str] = ()) -> int:
+    """Delete staged segment files (best effort) unless the log references them or ``keep`` names them.
+
+    Returns the number of files deleted.  Safe to call for segments whose commit may have happened:
+    files named by a live or removed ``add`` of the log are left alone.
+    """
+    if not staged:
+        return 0
+    referenced = set(keep)
+    if log.exists():
+        snap = log.snapshot()
+        referenced |= {s.path for s in snap.segments} | set(snap.tombstones)
+    deleted = 0
+    for seg in staged:
+        if seg.path in referenced:
+            continue
+        try:
+            deleted += bool(log.io.delete(f"{log.path}/{seg.path}"))
+        except BrokerPersistenceError:
+            continue
+    return deleted
+
+
+__all__ = [
+    "INPUT_COLUMNS",
+    "STAGED_TXN_DIR",
+    "PartitionAppend",
+    "append_partitioned",
+    "commit_staged_once",
+    "discard_staged",
+    "recorded_staged",
+    "route_rows",
+    "staged_manifest_path",
+    "to_segment_rows",
+]

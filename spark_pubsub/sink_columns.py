@@ -1,0 +1,136 @@
+"""The sink's DataFrame columns: validated on the driver, converted to the core's bulk columns on executors.
+
+A DataFrame written with ``format("pubsub")`` has one row per message.  ``value`` is required; the
+other columns are optional and named as in the source schema (Kafka style, camelCase).  The driver
+checks the whole schema before anything is written; executors only rename and convert Arrow columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    NullType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from broker_core.errors import InvalidMessage
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    core: str | None  # the broker_core.bulk column it becomes (None: handled by the sink itself)
+    types: tuple[type[DataType], ...]
+    what: str  # the accepted types, for error messages
+    fix: str  # how to get a column of the right type
+
+
+_INTS = (IntegerType, ShortType, ByteType)
+
+SINK_COLUMNS: dict[str, _Column] = {
+    "value": _Column("value", (BinaryType, StringType), "binary or string",
+                     "F.col('value').cast('binary'), or F.to_json(...) / F.to_avro(...) to encode a struct"),
+    "key": _Column("key", (StringType,), "string", "F.col('key').cast('string')"),
+    "orderingKey": _Column("ordering_key", (BinaryType, StringType), "binary or string",
+                           "F.col('orderingKey').cast('string')"),
+    "properties": _Column("properties", (MapType,), "map<string,string>",
+                          "F.create_map(F.lit('k'), F.col('v').cast('string'))"),
+    "eventTime": _Column("event_time", (TimestampType, LongType), "timestamp or long (ms since the epoch)",
+                         "F.col('eventTime').cast('timestamp')"),
+    "deliverAt": _Column("deliver_at", (TimestampType, LongType), "timestamp or long (ms since the epoch)",
+                         "F.col('deliverAt').cast('timestamp')"),
+    "deliverAfterMs": _Column(None, (LongType, *_INTS), "long (a delay in ms)",
+                              "F.col('deliverAfterMs').cast('long')"),
+    "partition": _Column("partition", (*_INTS, LongType), "int (a partition index)",
+                         "F.col('partition').cast('int')"),
+    "topic": _Column(None, (StringType,), "string (a topic name)", "F.col('topic').cast('string')"),
+    "sequenceId": _Column("sequence_id", (LongType, *_INTS), "long", "F.col('sequenceId').cast('long')"),
+    "producerName": _Column("producer_name", (StringType,), "string", "F.col('producerName').cast('string')"),
+}
+"""Accepted columns: name -> (bulk column, Spark types); an optional column may also be NullType."""
+
+
+def _squash(name: str) -> str:
+    return name.replace("_", "").replace("-", "").lower()
+
+
+_BY_SQUASHED = {_squash(n): n for n in SINK_COLUMNS}
+
+
+def _fail(column: str, problem: str) -> InvalidMessage:
+    return InvalidMessage(f"format('pubsub') sink: column {column!r} {problem}", column=column)
+
+
+@dataclass(frozen=True, slots=True)
+class SinkColumns:
+    """The validated column plan of a sink's DataFrame (picklable: names only)."""
+
+    names: tuple[str, ...]
+    has_topic: bool
+    deliver_after: bool
+
+    @classmethod
+    def validate(cls, schema: StructType) -> SinkColumns:
+        """Check every column of ``schema``; raise ``InvalidMessage`` naming the column and the fix."""
+        names = [f.name for f in schema.fields]
+        for field in schema.fields:
+            spec = SINK_COLUMNS.get(field.name)
+            if spec is None:
+                guess = _BY_SQUASHED.get(_squash(field.name))
+                hint = (f"did you mean {guess!r}? .withColumnRenamed({field.name!r}, {guess!r})" if guess
+                        else f"drop it or rename it to one of {', '.join(SINK_COLUMNS)}")
+                raise _fail(field.name, f"is not a message column: {hint}")
+            dtype = field.dataType
+            if isinstance(dtype, NullType) and field.name != "topic":
+                continue
+            ok = isinstance(dtype, spec.types)
+            if isinstance(dtype, MapType):
+                ok = isinstance(dtype.keyType, StringType) and isinstance(dtype.valueType, StringType)
+            if not ok:
+                extra = ""
+                if isinstance(dtype, TimestampNTZType):
+                    extra = " (timestamp_ntz has no time zone; say which one it is with F.to_utc_timestamp)"
+                raise _fail(field.name, f"must be {spec.what}, not {dtype.simpleString()}{extra}; "
+                                        f"convert it, e.g. {spec.fix}")
+        if "value" not in names:
+            raise _fail("value", "is required: the message payload (binary or string; null for a tombstone); "
+                                 "e.g. df.select(F.to_json(F.struct('*')).alias('value'))")
+        if "deliverAt" in names and "deliverAfterMs" in names:
+            raise _fail("deliverAfterMs", "cannot be given together with 'deliverAt': keep one of them")
+        return cls(names=tuple(names), has_topic="topic" in names, deliver_after="deliverAfterMs" in names)
+
+    def to_bulk(self, table: pa.Table, *, now_ms: int, default_producer: str | None) -> pa.Table:
+        """Rename and convert a record batch's columns to ``broker_core.bulk.INPUT_COLUMNS``."""
+        arrays: list[pa.Array | pa.ChunkedArray] = []
+        names: list[str] = []
+        for name in self.names:
+            core = SINK_COLUMNS[name].core
+            if core is None:
+                continue
+            column = table.column(name)
+            if pa.types.is_null(column.type) and core != "value":
+                continue  # an all-null column of no type: the same as leaving the column out
+            if core == "producer_name" and default_producer is not None:
+                column = pc.fill_null(column.cast(pa.string()), default_producer)
+            arrays.append(column)
+            names.append(core)
+        if self.deliver_after:
+            delay = table.column("deliverAfterMs").cast(pa.int64())
+            arrays.append(pc.add(delay, pa.scalar(now_ms, pa.int64())))
+            names.append("deliver_at")
+        return pa.Table.from_arrays(arrays, names=names)
+
+
+__all__ = ["SINK_COLUMNS", "SinkColumns"]
