@@ -87,6 +87,10 @@ def topic_stats(broker: Broker, topic: str | TopicName, *, now_ms: int | None = 
     totals = {"msgCount": 0, "storageSize": 0, "msgBacklog": {}}
     for part in partitions:
         log = broker.topic_log(part, create=False)
+        if not log.exists():  # a partition nobody has written to or subscribed on yet
+            out["partitions"][str(part)] = {"firstOffset": 0, "nextOffset": 0, "msgCount": 0, "storageSize": 0,
+                                            "segments": 0, "logVersion": -1, "publishers": [], "subscriptions": {}}
+            continue
         snap = log.snapshot()
         path = "/".join(part.relative_path())
         subs = {sub: subscription_stats(broker, part, sub, now_ms=now) for sub in list_subscriptions(broker.io, path)}
