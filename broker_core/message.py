@@ -164,6 +164,9 @@ def messages_from_rows(
     deliver = _ms(table.column("deliver_at"))
     versions = table.column("schema_version").to_pylist()
     hashes = table.column("sticky_key_hash").to_pylist()
+    entry_list = [int(e) for e in entry_ids.tolist()]
+    batch_list = [int(b) for b in batch_indexes.tolist()]
+    offset_list = offsets.tolist()
     out: list[Message] = []
     for i in range(table.num_rows):
         out.append(
@@ -178,15 +181,10 @@ def messages_from_rows(
                 _event_time_ms=event[i] or 0,
                 _deliver_at_ms=deliver[i],
                 _schema_version=versions[i],
-                _message_id=MessageId(
-                    partition=partition,
-                    ledger_id=ledger_id,
-                    entry_id=int(entry_ids[i]),
-                    batch_index=int(batch_indexes[i]),
-                ),
+                _message_id=MessageId._trusted(partition, ledger_id, entry_list[i], batch_list[i]),
                 _topic=topic,
                 _schema=schema,
-                _offset=int(offsets[i]),
+                _offset=offset_list[i],
                 _sticky_key_hash=hashes[i],
             )
         )

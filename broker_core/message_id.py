@@ -144,6 +144,16 @@ class MessageId:
         for name, value in fields.items():
             object.__setattr__(self, name, value)
 
+    @classmethod
+    def _trusted(cls, partition: int, ledger_id: int, entry_id: int, batch_index: int) -> MessageId:
+        """Build from values the library computed itself (no range checks: the hot receive path)."""
+        self = object.__new__(cls)
+        object.__setattr__(self, "_partition", partition)
+        object.__setattr__(self, "_ledger_id", ledger_id)
+        object.__setattr__(self, "_entry_id", entry_id)
+        object.__setattr__(self, "_batch_index", batch_index)
+        return self
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"MessageId is immutable; cannot set {name!r}")
 

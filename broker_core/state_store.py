@@ -56,6 +56,7 @@ class VersionedState:
         self._lock = threading.RLock()
         self._version = -1
         self._doc: Document | None = None
+        self._cleaner: threading.Thread | None = None
 
     def _path(self, version: int) -> str:
         return f"{self.directory}/{version:020d}.json"
@@ -120,7 +121,7 @@ class VersionedState:
                         continue
                     self._version, self._doc = version + 1, stamped
                     if (version + 1) % self.keep_versions == 0:
-                        self._cleanup(version + 1)
+                        self._cleanup_soon(version + 1)
                     return self._version, new_doc
                 if attempt > 8:
                     time.sleep(random.uniform(0, min(0.05, 0.001 * attempt)))
@@ -136,6 +137,21 @@ class VersionedState:
             return int(data) if data else 0
         except ValueError:
             return 0
+
+    def _cleanup_soon(self, newest: int) -> None:
+        """Clean up on a daemon thread: deleting dozens of files (and fsyncing the floor) must not
+        stall the commit that crossed the threshold.  One cleanup runs at a time per handle."""
+        if self._cleaner is not None and self._cleaner.is_alive():
+            return
+        self._cleaner = threading.Thread(target=self._cleanup_quietly, args=(newest,), daemon=True,
+                                         name=f"pubsub-state-cleanup-{self.directory}")
+        self._cleaner.start()
+
+    def _cleanup_quietly(self, newest: int) -> None:
+        try:
+            self._cleanup(newest)
+        except Exception:  # best effort: the next threshold tries again
+            return
 
     def _cleanup(self, newest: int) -> None:
         cutoff = newest - self.keep_versions

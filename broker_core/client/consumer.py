@@ -145,8 +145,8 @@ class Consumer:
         msg = self._queue.popleft()
         deadline = None if self._ack_timeout_s is None else time.monotonic() + self._ack_timeout_s
         self._unacked[(msg._source, msg._offset)] = (msg, deadline)
-        if len(self._queue) < self._queue_size // 2:
-            self._wake.set()
+        if len(self._queue) < self._queue_size // 2 and not self._wake.is_set():
+            self._wake.set()  # (setting a set Event again only costs a lock round trip per message)
         return msg
 
     def receive(self, timeout_millis: int | None = None) -> Message:

@@ -37,9 +37,11 @@ from broker_core.errors import (
     Timeout,
     result_for,
 )
+from broker_core.jobs.backlog import BacklogQuotaGuard
 from broker_core.message import Message
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
+from broker_core.policies import EffectivePolicies
 from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
 from broker_core.routing import CustomRouter, MessageRouter
 from broker_core.segment import CompressionType
@@ -120,6 +122,11 @@ class Producer:
         self._properties = dict(properties or {})
         config = client._broker.config
         self._policies = client._broker.policies
+        self._policy_expires = 0.0
+        self._policy_cache: EffectivePolicies | None = None
+        # backlog quota: checked before every commit (policies and status each cached <= 1 s)
+        self._quota = BacklogQuotaGuard(client._broker, topic, clock=client._clock)
+        self._partition_names = list(partitions)
         self._lease_ms = config.producer_lease_ms
         self._clock = client._clock
         self._cond = threading.Condition()
@@ -148,13 +155,21 @@ class Producer:
 
     # -- policies (re-read at most once a second: a policy change needs no restart) ----------------
 
+    def _effective(self) -> EffectivePolicies:
+        now = time.monotonic()
+        if now >= self._policy_expires:
+            self._policy_cache = self._policies.effective(self._topic)
+            self._policy_expires = now + 1.0
+        assert self._policy_cache is not None
+        return self._policy_cache
+
     @property
     def _dedup(self) -> bool:
-        return self._policies.effective(self._topic).deduplication_enabled
+        return self._effective().deduplication_enabled
 
     @property
     def _max_message_size(self) -> int:
-        return self._policies.effective(self._topic).max_message_size
+        return self._effective().max_message_size
 
     # -- registration -------------------------------------------------------------------------------
 
@@ -288,6 +303,8 @@ class Producer:
                 continue
             part_rows = rows if len(take) == rows.num_rows else rows.take(pa.array(take))
             layout = [len(take)] if self._batching else [-len(take)]
+            self._quota.admit(self._partition_names[index], deadline_s=self._deadline(time.monotonic()),
+                              closed=lambda: self._client._closed)
             result = q.log.append(part_rows, layout=layout, compression=self._compression, dedup=self._dedup,
                                   producer_epoch=q.epoch)
             out.append(PartitionAppend(partition=index, rows=len(take), result=result))
@@ -485,6 +502,9 @@ class Producer:
         try:
             if self._failure is not None:
                 raise self._failure
+            self._quota.admit(self._partition_names[self._queues.index(q)],
+                              deadline_s=self._deadline(batch[0].enqueued_s),
+                              closed=lambda: self._client._closed)
             ordered, layout = plan_entries(batch, batching=self._batching, key_based=self._key_based)
             table = rows_for(ordered, self._name)
             result = q.log.append(table, layout=layout, compression=self._compression, dedup=self._dedup,
@@ -515,6 +535,10 @@ class Producer:
         with self._cond:
             self._last_sequence_id = max(self._last_sequence_id, seq_max)
         self._resolve(q, batch)
+
+    def _deadline(self, since_s: float) -> float | None:
+        """When a send begun at ``since_s`` (monotonic) times out; None without a send timeout."""
+        return None if self._send_timeout_s is None else since_s + self._send_timeout_s
 
     def _resolve(self, q: _PartitionQueue, batch: list[PendingMessage]) -> None:
         """Mark a committed (or failed) batch done, wake waiters, then run the callbacks in order."""

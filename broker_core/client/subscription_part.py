@@ -20,9 +20,11 @@ from broker_core.errors import SubscriptionNotFound
 from broker_core.failover import FailoverConsumer, active_consumer
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.naming import TopicName
+from broker_core.ranges import RangeSet
 from broker_core.topic_log import TopicLog
 
 _SCAN_ROWS = 50_000  # rows examined per dispatch round, bounds the work behind a stuck message
+_FIRST_SCAN_ROWS = 2_048  # a claim reads this much first and widens (x4) only while it finds too little
 
 
 class Store(Protocol):
@@ -93,6 +95,7 @@ class SubscriptionPart:
         self.read_pos = -1  # Exclusive/Failover: next offset to read while active
         self.active = False
         self.chunks: dict[str, list[Message]] = {}
+        self._claimed_rows: tuple[pa.Table, np.ndarray] | None = None  # the last claim's window rows
 
     # -- membership ----------------------------------------------------------------------------------
 
@@ -192,8 +195,24 @@ class SubscriptionPart:
             end = min(end, max_offset)
         if start >= end:
             return [], cursor
-        window, _, _ = self.window(start, end)
-        taken: dict[str, list[int]] = {"offsets": []}
+        # Read [start, stop) with stop widening from _FIRST_SCAN_ROWS (x4) up to ``end`` only while the
+        # window yields fewer than ``limit`` offsets.  Whether a row may be claimed depends only on the
+        # cursor and on earlier rows (Key_Shared blockers are earlier messages of the same key), so the
+        # first ``limit`` candidates of a window are the first ``limit`` of any wider one: the result
+        # is the same as scanning [start, end) at once, without re-reading a long backlog every claim.
+        # The rows from markDelete up to the first offset that is neither acknowledged nor held (by
+        # anyone for Shared; by this consumer for Key_Shared, where others' claims block later
+        # messages of their keys) cannot be claimed and block nothing: the window starts after them,
+        # so a claim reads only the new segments instead of everything since markDelete.
+        skip = min(_covered_until(cursor, start, self._holders(cursor)), end)
+        windows: dict[tuple[int, int], tuple[Window, pa.Table, np.ndarray]] = {}
+
+        def window_to(first: int, stop: int) -> Window:
+            if (first, stop) not in windows:
+                windows[first, stop] = self.window(first, stop)
+            return windows[first, stop][0]
+
+        taken: dict[str, Any] = {"offsets": [], "window": (start, start)}
 
         def fn(latest: Cursor | None) -> Cursor | None:
             if latest is None or self.consumer_name not in latest.consumers:
@@ -203,25 +222,50 @@ class SubscriptionPart:
             if self.consumer_name not in latest.consumers:
                 taken["offsets"] = []
                 return None
-            if self.sub_type == ConsumerType.Shared:
-                chosen = shared_candidates(latest, window, now_ms=now_ms, delayed_enabled=delayed_enabled,
-                                           limit=limit)
-            else:
+            owner_of: Any = None
+            if self.sub_type != ConsumerType.Shared:
                 selector, names = self.selector(latest, now_ms)
-                owner = selector.owner_of_hashes(window.hashes)
-                chosen = key_shared_candidates(
-                    latest, window, consumer=self.consumer_name, hash_owner=owner, owner_names=names,
-                    now_ms=now_ms, delayed_enabled=delayed_enabled,
-                    allow_out_of_order=bool(latest.key_shared.get("allowOutOfOrder", False)), limit=limit,
-                )
+                allow_out_of_order = bool(latest.key_shared.get("allowOutOfOrder", False))
+                owner_of = selector.owner_of_hashes
+            # another commit may have released part of the skipped rows: then scan from markDelete
+            first = skip if _covered_until(latest, start, self._holders(latest)) >= skip else start
+            stop = min(end, first + max(_FIRST_SCAN_ROWS, 2 * limit))
+            while True:
+                if first >= stop:
+                    chosen = np.empty(0, dtype=np.int64)
+                    break
+                window = window_to(first, stop)
+                if owner_of is None:
+                    chosen = shared_candidates(latest, window, now_ms=now_ms, delayed_enabled=delayed_enabled,
+                                               limit=limit)
+                else:
+                    chosen = key_shared_candidates(
+                        latest, window, consumer=self.consumer_name, hash_owner=owner_of(window.hashes),
+                        owner_names=names, now_ms=now_ms, delayed_enabled=delayed_enabled,
+                        allow_out_of_order=allow_out_of_order, limit=limit,
+                    )
+                if len(chosen) >= limit or stop >= end:
+                    break
+                stop = min(end, first + 4 * (stop - first))
             taken["offsets"] = chosen.tolist()
+            taken["window"] = (first, stop)
             if not taken["offsets"]:
                 return None
             latest.claim(self.consumer_name, taken["offsets"])
             return latest
 
         new_cursor_state = self.store.update(fn)
+        if taken["offsets"]:
+            _, table, offsets = windows[taken["window"]]
+            self._claimed_rows = (table, offsets)  # messages_for turns the claim into messages from these
         return taken["offsets"], new_cursor_state
+
+    def _holders(self, cursor: Cursor) -> list[RangeSet]:
+        """Claims whose rows a dispatch window may leave out (see ``claim``)."""
+        if self.sub_type == ConsumerType.Shared:
+            return list(cursor.claims.values())
+        mine = cursor.claims.get(self.consumer_name)
+        return [] if mine is None else [mine]
 
     def next_due_ms(self, cursor: Cursor, now_ms: int) -> int | None:
         """The earliest future deliver-at among unacked messages in the scan window (for timers)."""
@@ -240,8 +284,18 @@ class SubscriptionPart:
         """Messages at ``offsets`` (ascending), chunks joined, redelivery counts from the cursor."""
         if not offsets:
             return []
-        table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1)
-        index = np.searchsorted(all_offsets, np.asarray(offsets, dtype=np.int64))
+        wanted = np.asarray(offsets, dtype=np.int64)
+        claimed, self._claimed_rows = self._claimed_rows, None
+        table = None
+        if claimed is not None:  # the rows the claim just read (segments never change once committed)
+            table, all_offsets = claimed
+            index = np.searchsorted(all_offsets, wanted)
+            inside = (index < len(all_offsets)).all()
+            if not inside or not (all_offsets[np.minimum(index, len(all_offsets) - 1)] == wanted).all():
+                table = None
+        if table is None:
+            table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1)
+            index = np.searchsorted(all_offsets, wanted)
         rows = table.take(pa.array(index))
         chosen = all_offsets[index]
         entries, batches = self.log.ids_for_offsets(chosen)
@@ -273,6 +327,16 @@ class SubscriptionPart:
                 last._chunk_offsets = [p._offset for p in pieces]
                 out.append(last)
         return out
+
+
+def _covered_until(cursor: Cursor, start: int, holders: list[RangeSet]) -> int:
+    """The first offset at or after ``start`` that is neither acknowledged nor in ``holders``."""
+    pos = max(start, cursor.mark_delete)
+    for s, e in sorted(r for rs in (cursor.acked, *holders) for r in rs.to_json()):
+        if s > pos:
+            break
+        pos = max(pos, e)
+    return pos
 
 
 __all__ = ["MemoryCursorStore", "Store", "SubscriptionPart"]

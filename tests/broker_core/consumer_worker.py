@@ -10,7 +10,7 @@ name), ``queue`` (receiver queue size), ``work_ms`` (simulated processing time p
 
 It writes one line per event to stdout, flushed at once, so a SIGKILL loses nothing it printed:
 
-- ``ready``: subscribed;
+- ``ready <t_ns>``: subscribed;
 - ``received <key> <value> <redelivery_count> <t_ns>``: ``receive()`` returned this message
   (``t_ns`` is ``time.time_ns()``, comparable across processes on one machine);
 - ``acked <value> <t_ns>``: ``acknowledge()`` returned for it (the ack is committed later, grouped);
@@ -40,7 +40,7 @@ def main() -> None:
         consumer_name=args["name"], receiver_queue_size=args["queue"],
         initial_position=InitialPosition.Earliest,
     )
-    emit("ready")
+    emit(f"ready {time.time_ns()}")
     work_s = args["work_ms"] / 1000
     while True:
         try:
@@ -49,11 +49,12 @@ def main() -> None:
             if os.path.exists(args["stop"]):
                 break
             continue
-        emit(f"received {msg.partition_key()} {msg.data().decode()} {msg.redelivery_count()} {time.time_ns()}")
+        value = msg.data().decode()
+        emit(f"received {msg.partition_key()} {value} {msg.redelivery_count()} {time.time_ns()}")
         if work_s:
             time.sleep(work_s)
         consumer.acknowledge(msg)
-        emit(f"acked {msg.data().decode()} {time.time_ns()}")
+        emit(f"acked {value} {time.time_ns()}")
     consumer.close()
     client.close()
     emit("closed")
