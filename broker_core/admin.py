@@ -6,6 +6,7 @@ Storage layout (``docs/PROTOCOL.md``)::
     <root>/<tenant>/<ns>/_namespace/<v>.json                 namespace record (policies later)
     <root>/<tenant>/<ns>/<domain>/_partitioned/<topic>/<v>.json   {"partitions": N}
     <root>/<tenant>/<ns>/<domain>/<topic>/                   an internal topic (Delta table)
+    <root>/_pubsub/trash/<uuid>/                             a deleted directory, being removed
 
 Names never start with ``_``, so the hidden records cannot collide with a tenant, namespace or
 topic directory.  ``public`` and ``public/default`` exist on every root, as in Pulsar standalone.
@@ -13,23 +14,35 @@ topic directory.  ``public`` and ``public/default`` exist on every root, as in P
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
+import uuid
 
 from broker_core.config import BrokerConfig
+from broker_core.cursor import Cursor
+from broker_core.cursor_store import CursorStore, list_subscriptions, validate_subscription_name
 from broker_core.errors import (
     AlreadyExists,
+    BrokerPersistenceError,
     InvalidConfiguration,
     NamespaceNotFound,
     NotAllowedError,
+    OperationNotSupported,
+    SubscriptionNotFound,
     TenantNotFound,
     TopicNotFound,
 )
 from broker_core.naming import NamespaceName, TopicDomain, TopicName, validate_tenant
+from broker_core.producer_registry import ProducerRegistry
 from broker_core.state_store import VersionedState
-from broker_core.storage import FileIO
+from broker_core.storage import FileIO, LocalFileIO
+from broker_core.topic_log import TopicLog
 
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "public/default"
+TRASH_DIR = "_pubsub/trash"
+"""Where deleted directories are renamed to (atomically) before they are removed."""
 
 
 def topic_dir(topic: TopicName) -> str:
@@ -249,9 +262,174 @@ class Admin:
         if self.partitioned_topic_metadata(topic):
             raise NotAllowedError(f"{topic} is partitioned; address one of its partitions", topic=str(topic))
 
+    def create_topic(self, topic: str | TopicName) -> None:
+        """Create a non-partitioned persistent topic: its log at version 0 (one put-if-absent commit).
+
+        Raises:
+            AlreadyExists: the topic, or a partitioned topic of that name, exists.
+            NamespaceNotFound: its namespace does not exist.
+            NotAllowedError: a non-persistent topic (nothing of it is on storage).
+            InvalidConfiguration: a partition's name (``-partition-<i>``).
+        """
+        name = _topic(topic)
+        if not name.is_persistent:
+            raise NotAllowedError(f"{name} is non-persistent: it lives in the memory of the processes using "
+                                  "it, so there is nothing to create on storage", topic=str(name))
+        if name.is_partition:
+            raise InvalidConfiguration(f"{name} names a partition; create the partitioned topic "
+                                       f"{name.partitioned_topic_name} with partitions", topic=str(name))
+        self._require_namespace(name)
+        if self.partitioned_topic_metadata(name):
+            raise AlreadyExists(f"a partitioned topic {name} exists already", topic=str(name))
+        log = TopicLog(self.io, topic_dir(name), checkpoint_interval=self.config.checkpoint_interval,
+                       max_retries=self.config.commit_max_retries)
+        if not log.create(name=str(name)):
+            raise AlreadyExists(f"topic {name} exists already", topic=str(name))
+
+    # -- deletion: a directory leaves in one atomic rename into TRASH_DIR and is removed from there, so
+    # other processes see it whole or gone, and a killed deletion leaves only trash (the next clears it)
+
+    def _trash(self, path: str) -> None:
+        if not isinstance(self.io, LocalFileIO):
+            raise OperationNotSupported("deletion needs atomic directory renames (local storage only)")
+        trash = self.io.abs_path(TRASH_DIR)
+        try:
+            for leftover in os.listdir(trash) if os.path.isdir(trash) else []:
+                shutil.rmtree(os.path.join(trash, leftover), ignore_errors=True)
+            if not os.path.lexists(self.io.abs_path(path)):
+                return
+            os.makedirs(trash, exist_ok=True)
+            target = os.path.join(trash, uuid.uuid4().hex)
+            os.rename(self.io.abs_path(path), target)
+        except FileNotFoundError:
+            return  # another deletion got there first
+        except OSError as exc:
+            raise BrokerPersistenceError(f"cannot delete {path!r}: {exc.strerror or exc}", path=path) from exc
+        shutil.rmtree(target, ignore_errors=True)
+
+    def delete_tenant(self, tenant: str) -> None:
+        """Delete a tenant without namespaces (``public`` is refused: every open re-creates it)."""
+        name = validate_tenant(tenant)
+        if name == DEFAULT_TENANT:
+            raise NotAllowedError(f"tenant {name!r} cannot be deleted: every open of the root re-creates it")
+        if namespaces := self.list_namespaces(name):
+            raise NotAllowedError(f"tenant {name!r} has namespaces ({', '.join(namespaces)}); delete them")
+        self._trash(name)
+
+    def delete_namespace(self, namespace: str) -> None:
+        """Delete a namespace without topics, with its policies (don't create topics in it meanwhile)."""
+        ns = NamespaceName.parse(namespace)
+        if str(ns) == DEFAULT_NAMESPACE:
+            raise NotAllowedError(f"namespace {ns} cannot be deleted: every open of the root re-creates it")
+        if topics := self.list_topics(str(ns)):
+            shown = ", ".join(topics[:3]) + (" ..." if len(topics) > 3 else "")
+            raise NotAllowedError(f"namespace {ns} has topics ({shown}); delete them", namespace=str(ns))
+        self._trash(f"{ns.tenant}/{ns.namespace}")
+
+    def list_subscriptions(self, topic: str | TopicName) -> list[str]:
+        """Durable subscriptions on any internal topic of ``topic`` (deleted ones excluded)."""
+        found: set[str] = set()
+        for path in map(topic_dir, self.topic_partitions(topic, auto_create=False)):
+            found.update(s for s in list_subscriptions(self.io, path)
+                         if CursorStore(self.io, path, s).load()[1] is not None)
+        return sorted(found)
+
+    def delete_subscription(self, topic: str | TopicName, subscription: str, *, force: bool = False) -> int:
+        """Delete a durable subscription (its cursors are marked deleted, as ``unsubscribe`` does);
+        returns on how many internal topics.  With ``force`` even if consumers are connected: one that
+        renews its lease re-creates it, as a Pulsar consumer re-subscribes after a disconnect.
+
+        Raises:
+            SubscriptionNotFound: no internal topic has it.
+            NotAllowedError: consumers are connected and ``force`` is off.
+        """
+        sub = validate_subscription_name(subscription)
+        now = int(time.time() * 1000)
+        deleted = [0]
+
+        def check(cursor: Cursor) -> None:
+            if (live := sorted(cursor.live_consumers(now))) and not force:
+                raise NotAllowedError(f"subscription {sub!r} has connected consumers {live}; close them "
+                                      "first, or force it", subscription=sub)
+
+        def fn(cursor: Cursor | None) -> Cursor | None:
+            if cursor is None:
+                return None
+            check(cursor)
+            cursor.deleted, deleted[0] = True, deleted[0] + 1
+            cursor.consumers.clear()
+            return cursor
+
+        parts = self.topic_partitions(topic, auto_create=False)
+        found = [(s, c) for p in parts if (c := (s := CursorStore(self.io, topic_dir(p), sub)).load()[1])]
+        for _, cursor in found:  # every check before any change
+            check(cursor)
+        for store, _ in found:
+            store.update(fn)
+        if not deleted[0]:
+            raise SubscriptionNotFound(f"subscription {sub!r} does not exist on {_topic(topic)}",
+                                       subscription=sub)
+        return deleted[0]
+
+    def delete_topic(self, topic: str | TopicName, *, force: bool = False) -> dict[str, list[str]]:
+        """Delete a topic from storage; returns the internal topics and subscriptions deleted.
+
+        Each internal topic's directory goes (segments, log, cursors, producers, compacted view), then
+        the topic's policies and, for a partitioned topic, its metadata last: a killed deletion leaves
+        a topic that still exists, and deleting it again finishes.  ``force`` skips the check for
+        connected producers and consumers; use it only for processes that are gone (leases not yet
+        expired): one still writing may leave stray files under the deleted path.  Of a
+        non-persistent topic only partition metadata and policies are on storage.
+
+        Raises:
+            TopicNotFound: no such topic.
+            NotAllowedError: a partition of a partitioned topic; in use without ``force``.
+        """
+        name = _topic(topic)
+        count, parent = self.partitioned_topic_metadata(name), name.partitioned_topic_name
+        if not count and not name.is_persistent:
+            raise NotAllowedError(f"{name} is non-persistent and not partitioned: it has nothing on storage",
+                                  topic=str(name))
+        if not count and name.is_partition and self.partitioned_topic_metadata(parent):
+            raise NotAllowedError(f"{name} is a partition of {parent}; delete {parent}", topic=str(name))
+        if not count and not self.internal_topic_exists(name):
+            raise TopicNotFound(f"topic {name} does not exist", topic=str(name))
+        internal = [name.partition(i) for i in range(count)] if count else [name]
+        internal = internal if name.is_persistent else []
+        now, busy, subscriptions = int(time.time() * 1000), set[str](), set[str]()
+        for path in map(topic_dir, internal):
+            busy.update(f"producer {p!r}" for p in ProducerRegistry(self.io, path).live_producers(now_ms=now))
+            for sub in list_subscriptions(self.io, path):
+                if (cursor := CursorStore(self.io, path, sub).load()[1]) is not None:
+                    subscriptions.add(sub)
+                    busy.update(f"consumer {c!r} of {sub!r}" for c in cursor.live_consumers(now))
+        if busy and not force:
+            shown = ", ".join(sorted(busy)[:3]) + (" ..." if len(busy) > 3 else "")
+            raise NotAllowedError(f"topic {name} is in use ({shown}); stop them or force", topic=str(name))
+        base = f"{name.tenant}/{name.namespace}/{name.domain.value}"
+        for path in map(topic_dir, internal):
+            self._trash(path)
+            _forget_handles(self.io, path)
+        if not name.is_partition:  # a partition-named topic shares the policies of its base name
+            self._trash(f"{base}/_policies/{name.local_name}")
+        if count:
+            self._trash(f"{base}/_partitioned/{name.local_name}")
+        return {"internalTopics": [str(p) for p in internal], "subscriptions": sorted(subscriptions)}
+
+
+def _forget_handles(io: FileIO, path: str) -> None:
+    """Drop this process's shared handles of a deleted internal topic (``broker.py`` keeps one per
+    topic and subscription), so that a topic re-created under its name starts from storage."""
+    from broker_core import broker as shared  # broker.py imports this module
+
+    with shared._REGISTRY_LOCK:
+        shared._TOPIC_LOGS.pop((io.root_uri, path), None)
+        for key in [k for k in shared._CURSOR_STORES if k[:2] == (io.root_uri, path)]:
+            del shared._CURSOR_STORES[key]
+
 
 def _topic(topic: str | TopicName) -> TopicName:
     return topic if isinstance(topic, TopicName) else TopicName.parse(topic)
 
 
-__all__ = ["DEFAULT_NAMESPACE", "DEFAULT_TENANT", "Admin", "topic_dir"]
+__all__ = ["DEFAULT_NAMESPACE", "DEFAULT_TENANT", "TRASH_DIR", "Admin", "topic_dir"]

@@ -124,6 +124,18 @@ class Timeout(PulsarException, TimeoutError):
     """An operation did not complete in time (``receive(timeout_millis)`` with nothing to deliver)."""
 
 
+class ProducerBlockedQuotaExceededError(Timeout):
+    """A send held by the ``producer_request_hold`` backlog quota policy ran out of send timeout.
+
+    The official client's name; it is a ``Timeout`` as well because that is what the caller saw:
+    the send waited for consumers to drain the backlog and the time ran out first.
+    """
+
+
+class ProducerBlockedQuotaExceededException(PulsarException):
+    """The topic's backlog is over its quota and the policy is ``producer_exception``."""
+
+
 # --- storage ---------------------------------------------------------------------------------------
 
 
@@ -199,6 +211,8 @@ __all__ = [
     "NotFound",
     "OperationNotSupported",
     "PayloadTypeError",
+    "ProducerBlockedQuotaExceededError",
+    "ProducerBlockedQuotaExceededException",
     "ProducerBusy",
     "ProducerFenced",
     "ProducerQueueIsFull",

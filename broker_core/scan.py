@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from broker_core.compacted_view import CompactedView, load_view
 from broker_core.errors import DataLoss
 from broker_core.storage import file_io_for
 from broker_core.topic_log import TopicLog
@@ -32,6 +33,9 @@ class ScanTask:
     slot_range: tuple[int, int] | None = None  # inclusive [lo, hi] of hash % 65536
     fail_on_data_loss: bool = True
     redelivery: dict[int, int] = field(default_factory=dict)
+    # readCompacted: (horizon, view file) fixed when the batch was planned; offsets below the horizon
+    # are read from that (immutable) compacted view, so a replayed batch reads the same rows
+    compacted: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +61,15 @@ def scan(task: ScanTask, *, max_rows: int = 65_536) -> Iterator[ScanChunk]:
     """
     log = TopicLog(file_io_for(task.root, fsync=False), task.topic_path)
     snap = log.snapshot()
+    view = None
+    if task.compacted is not None:
+        view = load_view(log.io, task.topic_path, file=task.compacted[1], horizon=task.compacted[0])
     for start, end in task.ranges:
+        if view is not None and start < view.horizon:
+            yield from _view_chunks(task, view, start, end, max_rows, snap.ledger_id)
+            start = view.horizon
+            if start >= end:
+                continue
         if start < snap.first_offset and task.fail_on_data_loss:
             raise DataLoss(
                 f"offsets [{start}, {min(end, snap.first_offset)}) of {task.topic} were removed by retention "
@@ -69,17 +81,40 @@ def scan(task: ScanTask, *, max_rows: int = 65_536) -> Iterator[ScanChunk]:
             stop = min(end, pos + max_rows)
             rows, offsets = log.read(pos, stop, snapshot=snap)
             pos = stop
-            if task.slot_range is not None and rows.num_rows:
-                slots = rows.column("sticky_key_hash").to_numpy(zero_copy_only=False) % HASH_SLOTS
-                keep = (slots >= task.slot_range[0]) & (slots <= task.slot_range[1])
-                if not keep.all():
-                    rows = rows.filter(pa.array(keep))
-                    offsets = offsets[keep]
+            keep = _slot_mask(rows, task.slot_range)
+            if keep is not None:
+                rows = rows.filter(pa.array(keep))
+                offsets = offsets[keep]
             if not len(offsets):
                 continue
             entries, batches = log.ids_for_offsets(offsets, snapshot=snap)
             yield ScanChunk(rows=rows, offsets=offsets, entry_ids=entries, batch_indexes=batches,
                             ledger_id=snap.ledger_id)
+
+
+def _slot_mask(rows: pa.Table, slot_range: tuple[int, int] | None) -> np.ndarray | None:
+    """Rows whose key hash falls in the task's slice of the hash space (None: keep every row)."""
+    if slot_range is None or not rows.num_rows:
+        return None
+    slots = rows.column("sticky_key_hash").to_numpy(zero_copy_only=False) % HASH_SLOTS
+    keep = (slots >= slot_range[0]) & (slots <= slot_range[1])
+    return None if keep.all() else keep
+
+
+def _view_chunks(task: ScanTask, view: CompactedView, start: int, end: int, max_rows: int,
+                 ledger_id: int) -> Iterator[ScanChunk]:
+    """The compacted view's rows in ``[start, min(end, horizon))``: no data-loss check applies, the
+    view keeps them even after retention removed their segments."""
+    piece = view.between(start, end)
+    rows, offsets, entries, batches = piece.rows, piece.offsets, piece.entry_ids, piece.batch_indexes
+    keep = _slot_mask(rows, task.slot_range)
+    if keep is not None:
+        rows = rows.filter(pa.array(keep))
+        offsets, entries, batches = offsets[keep], entries[keep], batches[keep]
+    for lo in range(0, len(offsets), max_rows):
+        hi = lo + max_rows
+        yield ScanChunk(rows=rows.slice(lo, max_rows), offsets=offsets[lo:hi], entry_ids=entries[lo:hi],
+                        batch_indexes=batches[lo:hi], ledger_id=ledger_id)
 
 
 __all__ = ["HASH_SLOTS", "ScanChunk", "ScanTask", "scan", "split_slots"]

@@ -41,7 +41,9 @@ class PubSubBatchReader(DataSourceReader):
         return list(self.planner.plan(self.start, self.end))
 
     def read(self, partition: InputPartition) -> Any:
-        assert isinstance(partition, ScanPartition)
+        if not isinstance(partition, ScanPartition):
+            # nothing to read: pyspark replaces an empty partitions() list by one InputPartition(None)
+            return iter(())
         return read_scan_partition(partition)
 
 

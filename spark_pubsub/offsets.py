@@ -13,8 +13,9 @@ from typing import Any
 
 from broker_core.broker import Broker
 from broker_core.client.subscription_part import SubscriptionPart
+from broker_core.compacted_view import CompactedTopic
 from broker_core.cursor import ConsumerType, Cursor
-from broker_core.errors import InvalidConfiguration, OperationNotSupported
+from broker_core.errors import InvalidConfiguration, InvalidTopicName, OperationNotSupported
 from broker_core.message import BytesSchema
 from broker_core.naming import TopicName
 from broker_core.ranges import RangeSet
@@ -31,8 +32,12 @@ class PartitionPlanner:
     """Resolves topics and plans batches; holds driver-only state that is dropped when pickled."""
 
     def __init__(self, options: SourceOptions) -> None:
-        if options.read_compacted:
-            raise OperationNotSupported("option readCompacted: topic compaction is not available yet")
+        claims = options.subscription is not None and options.subscription_type in ("Shared", "Key_Shared")
+        if options.read_compacted and claims:
+            raise InvalidConfiguration(  # Pulsar's rule, as for Client.subscribe(is_read_compacted=True)
+                f"option readCompacted: can only be used with Exclusive or Failover subscriptions, not "
+                f"subscriptionType={options.subscription_type}", option="readCompacted",
+            )
         self.options = options
         self._broker: Broker | None = None
         self._topics: list[tuple[TopicName, str, int]] = []
@@ -61,12 +66,19 @@ class PartitionPlanner:
         if self._topics and (self.options.topics_pattern is None or now - self._discovered_s < _DISCOVERY_S):
             return self._topics
         self._discovered_s = now
-        if self.options.topics_pattern:
-            _, names = self.broker.match_topics(self.options.topics_pattern)
-        elif self.options.topics:
-            names = [t.strip() for t in self.options.topics.split(",") if t.strip()]
-        else:
-            names = [self.options.topic or ""]
+        option = ("topicsPattern" if self.options.topics_pattern else "topics" if self.options.topics
+                  else "topic")
+        try:
+            if self.options.topics_pattern:
+                _, names = self.broker.match_topics(self.options.topics_pattern)
+            elif self.options.topics:
+                names = [t.strip() for t in self.options.topics.split(",") if t.strip()]
+            else:
+                names = [self.options.topic or ""]
+            for name in names:
+                TopicName.parse(name)
+        except (InvalidConfiguration, InvalidTopicName) as exc:  # say which option held the bad value
+            raise InvalidConfiguration(f"option {option}: {exc}", option=option) from None
         if self.options.retry_enable and self.options.subscription:
             # a consumer with retry enabled also reads its retry letter topics
             names = names + [f"{TopicName.parse(n)}-{self.options.subscription}-RETRY" for n in names
@@ -105,6 +117,8 @@ class PartitionPlanner:
             if opts.subscription_type == "Key_Shared":
                 key_shared = {"mode": opts.key_shared_mode, "allowOutOfOrder": opts.allow_out_of_order_delivery,
                               "consistentHashing": self.broker.config.subscription_key_shared_use_consistent_hashing,
+                              "replicaPoints":
+                                  self.broker.config.subscription_key_shared_consistent_hashing_replica_points,
                               "stickyRanges": [list(r) for r in opts.sticky_range_list]}
             assert opts.subscription is not None
             part = SubscriptionPart(
@@ -152,17 +166,48 @@ class PartitionPlanner:
 
     # -- admission control ----------------------------------------------------------------------------
 
+    def _failover_view(self, consumer: str) -> tuple[dict[str, int], set[str]]:
+        """Failover: each internal topic's markDelete, and those where this consumer is not active."""
+        now_ms = int(time.time() * 1000)
+        marks: dict[str, int] = {}
+        inactive: set[str] = set()
+        for topic, display, index in self.internal_topics():
+            part = self._part(consumer, topic, display, index)
+            _, cursor = part.store.load()
+            if cursor is None or not part.is_active(cursor, now_ms):
+                inactive.add(display)
+            if cursor is not None:
+                marks[display] = cursor.mark_delete
+        return marks, inactive
+
     def advance(
         self, start: dict[str, Any], *, max_rows: int | None, max_bytes: int | None, min_rows: int | None,
-        target: dict[str, int] | None,
+        target: dict[str, int] | None, consumer: str | None = None,
     ) -> dict[str, Any]:
-        """Range mode: the next end offsets under the read limits (``start`` when nothing to read)."""
+        """Range mode: the next end offsets under the read limits (``start`` when nothing to read).
+
+        A Failover subscription reads only the partitions where this query is the active consumer,
+        and a partition it (again) becomes active on is read from the cursor's markDelete, where the
+        previous active consumer got to: such a batch says so in ``from`` (``plan`` reads
+        ``[from, end)`` there), so the batch stays a pure function of its offsets.
+        """
         positions = dict(start.get("parts", {}))
         latest = self.latest_positions()
         earliest = self.earliest_positions()
+        marks: dict[str, int] = {}
+        inactive: set[str] = set()
+        failover = self.options.subscription is not None and self.options.subscription_type == "Failover"
+        if consumer is not None and failover:
+            marks, inactive = self._failover_view(consumer)
+        skips: dict[str, int] = {}
         available: dict[str, int] = {}
         for name, last in latest.items():
-            begin = positions.setdefault(name, earliest[name])  # new partition or topic: from its start
+            begin: int = positions.setdefault(name, earliest[name])  # new partition or topic: from its start
+            if marks.get(name, -1) > begin:
+                begin = positions[name] = skips[name] = marks[name]
+            if name in inactive:
+                available[name] = 0
+                continue
             cap = min(last, target.get(name, begin) if target is not None else last)
             available[name] = max(0, cap - begin)
         total = sum(available.values())
@@ -186,7 +231,20 @@ class PartitionPlanner:
                 remaining -= take
                 if remaining == 0:
                     break
-        return {"v": 1, "parts": end}
+        out: dict[str, Any] = {"v": 1, "parts": end, "from": skips} if skips else {"v": 1, "parts": end}
+        if self.options.read_compacted:
+            out["compacted"] = self.compacted_views()  # the batch's view, so a replay reads the same rows
+        return out
+
+    def compacted_views(self) -> dict[str, list[Any]]:
+        """readCompacted: ``[horizon, view file]`` of the newest compacted view of each internal topic."""
+        out: dict[str, list[Any]] = {}
+        for topic, display, _ in self.internal_topics():
+            log = self._log(topic)
+            view = CompactedTopic(log).view(log.snapshot())
+            if view is not None:
+                out[display] = [view.horizon, view.file]
+        return out
 
     def _avg_message_bytes(self) -> int:
         sizes = records = 0
@@ -216,24 +274,36 @@ class PartitionPlanner:
         claims: dict[str, list[list[int]]] = {}
         redelivery: dict[str, dict[str, int]] = {}
         delayed = self.broker.config.delayed_delivery_enabled
-        for topic, display, index in self.internal_topics():
-            if budget <= 0:
-                break
-            part = self._part(consumer, topic, display, index)
-            cap = target.get(display) if target is not None else None
-            if target is not None and cap is None:
-                continue  # a topic that appeared after an AvailableNow run started
-            offsets, cursor = part.claim(now_ms=now_ms, limit=budget, delayed_enabled=delayed, max_offset=cap)
-            if not offsets:
-                continue
-            budget -= len(offsets)
+        # fair share, round by round: an internal topic with a big backlog must not starve the others
+        # (a topic that appeared after an AvailableNow run started waits for the next run)
+        pending = [t for t in self.internal_topics() if target is None or t[1] in target]
+        taken: dict[str, list[int]] = {}
+        while budget > 0 and pending:
+            share = max(1, budget // len(pending))
+            more = []
+            for topic, display, index in pending:
+                limit = min(share, budget)
+                if limit <= 0:
+                    break
+                part = self._part(consumer, topic, display, index)
+                cap = target.get(display) if target is not None else None
+                offsets, cursor = part.claim(now_ms=now_ms, limit=limit, delayed_enabled=delayed,
+                                             max_offset=cap)
+                if not offsets:
+                    continue
+                budget -= len(offsets)
+                taken.setdefault(display, []).extend(offsets)
+                if len(offsets) >= limit:
+                    more.append((topic, display, index))  # it may have more
+                if cursor is not None:
+                    counts = {str(o): cursor.redelivery[o] for o in offsets if cursor.redelivery.get(o)}
+                    if counts:
+                        redelivery.setdefault(display, {}).update(counts)
+            pending = more
+        for display, offsets in taken.items():
             ranges = RangeSet()
             ranges.add_offsets(offsets)
             claims[display] = ranges.to_json()
-            if cursor is not None:
-                counts = {str(o): cursor.redelivery[o] for o in offsets if cursor.redelivery.get(o)}
-                if counts:
-                    redelivery[display] = counts
         if not claims:
             return start
         end: dict[str, Any] = {"v": 1, "seq": int(start.get("seq", 0)) + 1, "clock": now_ms, "claims": claims}
@@ -257,7 +327,7 @@ class PartitionPlanner:
         else:
             earliest = None
             for display, stop in end.get("parts", {}).items():
-                begin = start.get("parts", {}).get(display)
+                begin = end.get("from", {}).get(display, start.get("parts", {}).get(display))
                 if begin is None:
                     earliest = earliest or self.earliest_positions()
                     begin = earliest.get(display, 0)
@@ -265,6 +335,9 @@ class PartitionPlanner:
                     work.append((display, [(int(begin), int(stop))], {}))
         if not work:
             return []
+        # readCompacted: the views the batch's end offset recorded (a bounded spark.read has none: now)
+        views = end["compacted"] if "compacted" in end else (
+            self.compacted_views() if self.options.read_compacted else {})
         wanted = self.options.min_partitions or 1
         slices = max(1, -(-wanted // len(work)))
         slot_ranges: list[tuple[int, int] | None] = [None] if slices == 1 else list(split_slots(slices))
@@ -275,12 +348,35 @@ class PartitionPlanner:
                 index = topic.partition_index
             else:
                 topic, index = topics[display]
+            view = views.get(display)
             for slot_range in slot_ranges:
                 task = ScanTask(root=self.options.root, topic_path="/".join(topic.relative_path()), topic=display,
                                 partition=index, ranges=tuple(ranges), slot_range=slot_range,
-                                fail_on_data_loss=self.options.fail_on_data_loss, redelivery=counts)
+                                fail_on_data_loss=self.options.fail_on_data_loss, redelivery=counts,
+                                compacted=None if view is None else (int(view[0]), str(view[1])))
                 out.append(ScanPartition([task]))
         return out
+
+    def settle(self, consumer: str, start: dict[str, Any]) -> None:
+        """``start`` ends a batch that completed: acknowledge it, and in claim mode give back every
+        other claim this consumer still holds.  Those belong to batches whose ``commit`` never came
+        (the run died first) or were claimed for a batch Spark never planned (the run died between
+        ``latestOffset`` and writing its offset log); either way they are redelivered (at-least-once),
+        where keeping them would strand them under a consumer name that never reads them again."""
+        self.acknowledge(consumer, start)
+        if "claims" not in start:
+            return
+        for topic, display, index in self.internal_topics():
+            part = self._part(consumer, topic, display, index)
+
+            def fn(cursor: Cursor | None) -> Cursor | None:
+                mine = cursor.claims.get(consumer) if cursor is not None else None
+                if cursor is None or not mine:
+                    return None
+                cursor.release(consumer, list(mine.offsets()))
+                return cursor
+
+            part.store.update(fn)
 
     def acknowledge(self, consumer: str, end: dict[str, Any]) -> None:
         """Acknowledge a committed batch in the cursor (idempotent)."""

@@ -102,6 +102,10 @@ class SourceOptions(_Options):
             raise ValueError("stickyRanges: only applies with keySharedMode=Sticky")
         if self.key_shared_mode == "Sticky" and not self.sticky_ranges:
             raise ValueError("stickyRanges: keySharedMode=Sticky needs stickyRanges like '0-32767,40000-50000'")
+        # parse the values that are only used later (on a code path that may never run) now, so a
+        # malformed one is never silently accepted
+        _ = self.sticky_range_list
+        _ = self.max_trigger_delay_ms
         if self.subscription is None:
             for name, value in (("subscriptionType", self.subscription_type != "Exclusive"),
                                 ("retryEnable", self.retry_enable),
@@ -122,6 +126,11 @@ class SourceOptions(_Options):
                 raise InvalidConfiguration(
                     f"option stickyRanges: {part!r} is not a range like '0-32767'", option="stickyRanges"
                 ) from None
+            if not 0 <= start <= end <= 65535:
+                raise InvalidConfiguration(
+                    f"option stickyRanges: {part!r} must satisfy 0 <= start <= end <= 65535",
+                    option="stickyRanges",
+                )
             out.append((start, end))
         return out
 

@@ -10,14 +10,20 @@ Offsets are JSON dicts of plain values (``docs/SPARK.md``):
   the claimed ranges.  Either way a batch is a pure function of its offsets and the log, so a
   replay after a failure reads the same rows.
 
-``commit(end)`` acknowledges in the cursor (cumulatively in range mode, the claimed ranges in claim
-mode).  It arrives one batch late and ``stop()`` is best-effort, so nothing relies on them for
-correctness: an unacknowledged batch is redelivered after the lease lapses (at-least-once), or
-taken over by the same ``consumerName`` when the query restarts.
+A batch is acknowledged in the cursor (cumulatively in range mode, the claimed ranges in claim
+mode) by ``commit(end)`` and, first, by ``latestOffset(start)``: Spark plans a batch only once the
+previous one (ending at ``start``) completed, while its ``commit`` arrives only when a further batch
+is planned.  So an AvailableNow run, which plans once more to find it is done, leaves nothing
+unacknowledged.  That call also gives back (as redeliveries) any other claims the consumer still
+holds: those of a run that died after claiming.  ``stop()`` (Exclusive/Failover: leave the
+subscription) runs when Spark ends the query's Python process; after a crash the lease lapses.
+A Failover query reads only the partitions it is the active consumer of.
 """
 
 from __future__ import annotations
 
+import signal
+import sys
 import threading
 import time
 import uuid
@@ -33,6 +39,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from broker_core.errors import InvalidConfiguration
 from spark_pubsub.offsets import (
     PartitionPlanner,
     parse_starting_offsets,
@@ -41,10 +48,42 @@ from spark_pubsub.options import SourceOptions
 from spark_pubsub.scan_partition import ScanPartition, read_scan_partition
 
 
+def _stop_on_sigterm() -> None:
+    """Let ``stop()`` run when Spark stops the query.
+
+    Spark ends a query's driver-side Python process (pyspark's streaming source runner) with SIGTERM
+    and never calls ``stop()`` itself; the runner only calls it from a ``finally`` that SIGTERM's
+    default action skips.  Raising ``SystemExit`` instead reaches that ``finally``, so an Exclusive or
+    Failover query leaves its subscription at once rather than when its lease lapses (until then a
+    restarted query, whose default consumerName is new, would be refused).  Only in that runner
+    process, from its main thread, and only over the default action.
+    """
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if not str(getattr(spec, "name", "")).endswith("python_streaming_source_runner"):
+        return
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def _exit(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Spark may signal twice: let stop() finish
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
 class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The driver-side stream reader (pickled to executors only for ``read``)."""
 
     def __init__(self, options: SourceOptions) -> None:
+        for name, value in (("endingOffsets", options.ending_offsets),
+                            ("endingTimestamp", options.ending_timestamp)):
+            if value is not None:
+                raise InvalidConfiguration(
+                    f"option {name} applies to batch reads (spark.read), not to streaming queries; "
+                    "a stream has no end", option=name,
+                )
         self.options = options
         self.planner = PartitionPlanner(options)
         self.claim_mode = options.subscription is not None and options.subscription_type in ("Shared", "Key_Shared")
@@ -54,6 +93,7 @@ class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._renewer: threading.Thread | None = None
         self._stopping: threading.Event | None = None
         self._joined = False
+        self._settled: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -68,6 +108,7 @@ class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         self.planner.join(self.consumer_name)
         self._joined = True
+        _stop_on_sigterm()
         self._stopping = threading.Event()
         self._renewer = threading.Thread(target=self._renew_loop, name="pubsub-lease", daemon=True)
         self._renewer.start()
@@ -119,17 +160,25 @@ class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             min_rows = limit.min_rows
         if min_rows and (time.monotonic() - self._last_trigger_s) * 1000 >= self.options.max_trigger_delay_ms:
             min_rows = None  # maxTriggerDelay passed: run with what there is
+        if self._target is not None:
+            min_rows = None  # Trigger.AvailableNow reads everything there is, then stops
         return max_rows, max_bytes, min_rows
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         self._ensure_joined()
+        if self.options.subscription is not None and start != self._settled:
+            # Spark plans a batch only after the previous one (ending at ``start``) completed, so
+            # ``start`` is processed: acknowledge it now rather than wait for ``commit``, which
+            # arrives only once a further batch is planned (never, for the last batch of a run).
+            self.planner.settle(self.consumer_name, start)
+            self._settled = start
         max_rows, max_bytes, min_rows = self._budget(limit)
         if self.claim_mode:
             end = self.planner.claim(self.consumer_name, start, max_rows=max_rows, max_bytes=max_bytes,
                                      min_rows=min_rows, target=self._target)
         else:
             end = self.planner.advance(start, max_rows=max_rows, max_bytes=max_bytes, min_rows=min_rows,
-                                       target=self._target)
+                                       target=self._target, consumer=self.consumer_name)
         if end != start:
             self._last_trigger_s = time.monotonic()
         return end

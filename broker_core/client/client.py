@@ -32,6 +32,7 @@ from broker_core.client.policies import (
 from broker_core.client.producer import BatchingType, Producer
 from broker_core.client.reader import Reader
 from broker_core.client.subscribe import subscribe
+from broker_core.client.table_view import TableView
 from broker_core.clock import SYSTEM_CLOCK, Clock
 from broker_core.config import BrokerConfig
 from broker_core.cursor import ConsumerType
@@ -281,11 +282,12 @@ class Client:
         check_type(bool, start_message_id_inclusive, "start_message_id_inclusive")
         if crypto_key_reader is not None:
             raise OperationNotSupported("end-to-end encryption is not supported")
-        if is_read_compacted:
-            raise OperationNotSupported(
-                "is_read_compacted=True needs topic compaction, which this version does not have yet"
-            )
         if not TopicName.parse(check_type(str, topic, "topic")).is_persistent:  # docs/NON_PERSISTENT.md
+            if is_read_compacted:
+                raise InvalidConfiguration(
+                    f"is_read_compacted=True can only be used with persistent topics; {topic} is "
+                    "non-persistent and is never compacted", argument="is_read_compacted",
+                )
             return create_non_persistent_reader(  # type: ignore[return-value]  # Reader's methods
                 self, topic, start_message_id=start_message_id, receiver_queue_size=receiver_queue_size,
                 reader_name=reader_name, schema=schema, reader_listener=reader_listener,
@@ -295,11 +297,29 @@ class Client:
             self, name, partitions, start_message_id=start_message_id,
             start_message_id_inclusive=start_message_id_inclusive, receiver_queue_size=receiver_queue_size,
             reader_name=reader_name or f"reader-{uuid.uuid4().hex[:10]}", schema=schema,
-            reader_listener=reader_listener, poll_interval_ms=self._poll_ms,
+            reader_listener=reader_listener, poll_interval_ms=self._poll_ms, read_compacted=is_read_compacted,
         )
         with self._lock:
             self._handles.add(reader)
         return reader
+
+    def create_table_view(
+        self, topic: str, subscription_name: str | None = None, schema: Schema | None = None
+    ) -> TableView:
+        """A latest-value-per-key map of ``topic``, loaded before this returns and kept up to date.
+
+        Built from the compacted view and the log after it (``broker_core/client/table_view.py``);
+        ``subscription_name`` only names the view's reader (readers never register on storage).
+        """
+        self._check_open()
+        check_type(str, topic, "topic")
+        check_type_or_none(str, subscription_name, "subscription_name")
+        schema = BytesSchema() if schema is None else check_type(Schema, schema, "schema")
+        view = TableView(self, topic, subscription_name=subscription_name, schema=schema,
+                         poll_interval_ms=self._poll_ms)
+        with self._lock:
+            self._handles.add(view)
+        return view
 
     def subscribe(
         self,

@@ -18,7 +18,9 @@ import numpy as np
 import pyarrow as pa
 
 from broker_core.client.args import check_type
+from broker_core.compacted_view import CompactedTopic, ViewSlice
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, Timeout
+from broker_core.log.snapshot import Snapshot
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
@@ -29,14 +31,20 @@ if TYPE_CHECKING:
 
 
 class _Partition:
-    __slots__ = ("chunks", "index", "log", "name", "position")
+    __slots__ = ("chunks", "compacted", "index", "log", "name", "position")
 
-    def __init__(self, index: int, name: TopicName, log: TopicLog) -> None:
+    def __init__(self, index: int, name: TopicName, log: TopicLog, *, read_compacted: bool = False) -> None:
         self.index = index
         self.name = name
         self.log = log
         self.position = 0
         self.chunks: dict[str, list[Message]] = {}
+        # readCompacted: below the compaction horizon, read the compacted view instead of the log
+        self.compacted = CompactedTopic(log) if read_compacted else None
+
+    def view_slice(self, max_rows: int, snapshot: Snapshot) -> ViewSlice | None:
+        """readCompacted below the horizon: the view's next rows; otherwise None (read the log)."""
+        return None if self.compacted is None else self.compacted.read(self.position, max_rows, snapshot)
 
 
 class Reader:
@@ -55,6 +63,7 @@ class Reader:
         schema: Schema,
         reader_listener: Callable[[Reader, Message], None] | None,
         poll_interval_ms: int,
+        read_compacted: bool = False,
     ) -> None:
         self._client = client
         self._topic = topic
@@ -65,7 +74,8 @@ class Reader:
         self._queue_size = receiver_queue_size
         self._poll_s = poll_interval_ms / 1000
         self._parts = [
-            _Partition(i if self._partitioned else -1, p, client._broker.topic_log(p))
+            _Partition(i if self._partitioned else -1, p, client._broker.topic_log(p),
+                       read_compacted=read_compacted)
             for i, p in enumerate(partitions)
         ]
         self._buffer: deque[Message] = deque()
@@ -100,6 +110,8 @@ class Reader:
             for part in self._parts:
                 part.chunks.clear()
                 part.position = part.log.offset_for_message_id(msg_id, inclusive=self._inclusive)
+                if part.compacted is not None and msg_id == MessageId.earliest:
+                    part.position = 0  # the view may still hold messages retention removed from the log
 
     def seek(self, message_id: MessageId | int) -> None:
         """Reposition at a message id (the start rules apply) or a publish timestamp in ms (inclusive)."""
@@ -135,17 +147,25 @@ class Reader:
         for step in range(n):
             part = self._parts[(self._next_part + step) % n]
             snap = part.log.snapshot()
-            if part.position < snap.first_offset:
-                part.position = snap.first_offset  # retention removed what we had not read yet
-            if part.position >= snap.next_offset:
-                continue
-            end = min(part.position + self._queue_size, snap.next_offset)
-            table, offsets = part.log.read(part.position, end, snapshot=snap)
-            part.position = end
-            self._next_part = (self._next_part + step + 1) % n
-            if not len(offsets):
-                continue
-            entries, batches = part.log.ids_for_offsets(offsets, snapshot=snap)
+            piece = part.view_slice(self._queue_size, snap)
+            if piece is not None and not len(piece.offsets):
+                part.position, piece = piece.end, None  # nothing more in the view: on to the log
+            if piece is not None:  # below the compaction horizon: the compacted view's rows
+                table, offsets, entries, batches, part.position = (
+                    piece.rows, piece.offsets, piece.entry_ids, piece.batch_indexes, piece.end)
+                self._next_part = (self._next_part + step + 1) % n
+            else:
+                if part.position < snap.first_offset:
+                    part.position = snap.first_offset  # retention removed what we had not read yet
+                if part.position >= snap.next_offset:
+                    continue
+                end = min(part.position + self._queue_size, snap.next_offset)
+                table, offsets = part.log.read(part.position, end, snapshot=snap)
+                part.position = end
+                self._next_part = (self._next_part + step + 1) % n
+                if not len(offsets):
+                    continue
+                entries, batches = part.log.ids_for_offsets(offsets, snapshot=snap)
             msgs = messages_from_rows(
                 table, offsets, entries, batches, ledger_id=snap.ledger_id, partition=part.index,
                 topic=str(part.name) if self._partitioned else str(self._topic), schema=self._schema,
@@ -196,13 +216,20 @@ class Reader:
             remaining = max_messages
             for part in self._parts:
                 snap = part.log.snapshot()
-                part.position = max(part.position, snap.first_offset)
-                end = min(part.position + remaining, snap.next_offset)
-                if end <= part.position:
-                    continue
-                table, offsets = part.log.read(part.position, end, snapshot=snap)
-                part.position = end
-                entries, batches = part.log.ids_for_offsets(offsets, snapshot=snap)
+                piece = part.view_slice(remaining, snap)
+                if piece is not None and not len(piece.offsets):
+                    part.position, piece = piece.end, None  # nothing more in the view: on to the log
+                if piece is not None:  # below the compaction horizon: the compacted view's rows
+                    table, offsets, entries, batches, part.position = (
+                        piece.rows, piece.offsets, piece.entry_ids, piece.batch_indexes, piece.end)
+                else:
+                    part.position = max(part.position, snap.first_offset)
+                    end = min(part.position + remaining, snap.next_offset)
+                    if end <= part.position:
+                        continue
+                    table, offsets = part.log.read(part.position, end, snapshot=snap)
+                    part.position = end
+                    entries, batches = part.log.ids_for_offsets(offsets, snapshot=snap)
                 n = table.num_rows
                 table = (table.append_column("partition", pa.array(np.full(n, part.index, dtype=np.int32)))
                          .append_column("offset", pa.array(offsets))
@@ -228,7 +255,10 @@ class Reader:
                 return True
             for part in self._parts:
                 snap = part.log.snapshot()
-                if max(part.position, snap.first_offset) < snap.next_offset:
+                if part.compacted is not None:
+                    if part.compacted.available(part.position, snap):
+                        return True
+                elif max(part.position, snap.first_offset) < snap.next_offset:
                     return True
         return False
 

@@ -101,7 +101,7 @@ class Snapshot:
             elif isinstance(action, Txn):
                 if txns is self.txns:
                     txns = dict(txns)
-                txns[action.app_id] = action
+                _apply_txn(txns, action)
             elif isinstance(action, Metadata):
                 metadata = action
             elif isinstance(action, Protocol):
@@ -145,7 +145,7 @@ class Snapshot:
                 segments.pop(action.path, None)
                 tombstones[action.path] = action
             elif isinstance(action, Txn):
-                txns[action.app_id] = action
+                _apply_txn(txns, action)
         if protocol is None or metadata is None:
             raise LogCorrupted(f"log version {version} has no protocol or metaData action", version=version)
         ordered = tuple(sorted(segments.values(), key=lambda s: s.base_offset))
@@ -162,6 +162,23 @@ def assemble_snapshot(
 ) -> Snapshot:
     """A snapshot from already-decoded parts (the columnar checkpoint reader uses this)."""
     return _build(version, protocol, metadata, tuple(sorted(segments, key=lambda s: s.base_offset)), txns, tombstones)
+
+
+def is_expired_txn(txn: Txn) -> bool:
+    """A negative version retires a dedup entry (``jobs.log_maintenance.vacuum``, ``docs/PROTOCOL.md``).
+
+    Sequence ids and batch numbers are never negative, so the marker cannot collide with a real
+    version; the library's own ``pubsub.`` counters never expire.
+    """
+    return txn.version < 0 and not txn.app_id.startswith(RESERVED_TXN_PREFIX)
+
+
+def _apply_txn(txns: dict[str, Txn], txn: Txn) -> None:
+    # every replayer drops an expired entry the same way, so all processes agree on dedup state
+    if is_expired_txn(txn):
+        txns.pop(txn.app_id, None)
+    else:
+        txns[txn.app_id] = txn
 
 
 def _segment_from_add(action: Add, version: int) -> SegmentRef:
@@ -219,4 +236,5 @@ __all__ = [
     "TXN_PRODUCER_EPOCH",
     "Snapshot",
     "assemble_snapshot",
+    "is_expired_txn",
 ]

@@ -74,6 +74,7 @@ class TransactionLog:
         self._pending_checkpoint: Snapshot | None = None
         self._checkpointer: threading.Thread | None = None
         self._checkpoint_lock = threading.Lock()
+        self._verified_s = time.monotonic()
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -118,6 +119,8 @@ class TransactionLog:
         while True:
             actions = self._read_version(snapshot.version + 1)
             if actions is None:
+                if replayed == 0 and self._cleaned_up_below(snapshot, rate_limited=True):
+                    return self._reload()
                 break
             snapshot = snapshot.apply(snapshot.version + 1, actions)
             replayed += 1
@@ -126,6 +129,27 @@ class TransactionLog:
             # a writer died before checkpointing: heal so the next opener replays little
             write_checkpoint(self.io, self.table_path, snapshot)
         return snapshot
+
+    def _cleaned_up_below(self, snapshot: Snapshot, *, rate_limited: bool) -> bool:
+        """Did log cleanup delete the commit our cached state is at (``jobs.log_maintenance``)?
+
+        Cleanup keeps the newest old-enough checkpoint's own commit and everything after it, so a
+        missing ``<v>.json`` means newer versions and a newer checkpoint exist: a handle idle for
+        longer than the log retention would otherwise see "no next version" forever, and a commit
+        from it would re-create a deleted version number that no reader replays.  Idle polling
+        pays for the extra ``stat`` at most once a second.
+        """
+        if rate_limited:
+            now = time.monotonic()
+            if now - self._verified_s < 1.0:
+                return False
+            self._verified_s = now
+        return not self.io.exists(commit_path(self.table_path, snapshot.version))
+
+    def _reload(self) -> Snapshot:
+        self._snapshot = None
+        self._verified_s = time.monotonic()
+        return self._load()
 
     def snapshot(self) -> Snapshot:
         """The latest state (polls the next version files; loads on first use)."""
@@ -188,6 +212,11 @@ class TransactionLog:
                 # apply before writing: actions the log could not replay (LogCorrupted) must never
                 # reach storage, where they would poison every later reader
                 applied = snapshot.apply(version, actions)
+                if self._cleaned_up_below(snapshot, rate_limited=False):
+                    fresh = self._reload()  # stale handle: never re-create a cleaned-up version
+                    if fresh.version != snapshot.version:
+                        snapshot = fresh
+                        continue
                 if self.io.put_if_absent(commit_path(self.table_path, version), payload):
                     snapshot = applied
                     self._snapshot = snapshot

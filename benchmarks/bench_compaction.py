@@ -1,0 +1,231 @@
+"""Topic compaction of a large topic: the local (pyarrow) run against the Spark job, with baselines.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_compaction.py [--messages 5000000] [--keys 100000] [--no-spark]
+
+The topic holds ``--messages`` messages (64-byte values, ``--keys`` distinct keys drawn uniformly,
+1% tombstones, 1% without a key) in segments of ``--segment-rows``.  Figures, each timed in this run:
+
+a. baseline: ``pyarrow.parquet.read_table`` of every segment (the scan any compaction must pay), and
+   the same scan plus ``group_by(key).max(offset)`` (the least a latest-per-key reduction costs);
+b. ``compact_topic`` (local, pyarrow): the full first run, writing and committing the view;
+c. an incremental run after appending ``--increment`` more messages (folds only the new ones);
+d. the Spark job (``compact_with_spark`` on ``local[N]``) on the same topic, session start reported
+   apart; its view is checked to equal the local one;
+e. readers of the result: a ``readCompacted`` ``read_batch`` of the whole view, and a ``TableView``
+   loading it.
+
+This is a benchmark, not a test: nothing is asserted beyond the two views being equal.  Page caches
+are not dropped, so the scans read files the OS may hold in memory, for the baseline and for us alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_REPO = Path(__file__).resolve().parent.parent
+if str(_REPO) not in sys.path:  # run as a script from a checkout without installing the project
+    sys.path.insert(0, str(_REPO))
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from broker_core.broker import Broker  # noqa: E402
+from broker_core.bulk import to_segment_rows  # noqa: E402
+from broker_core.client.client import Client  # noqa: E402
+from broker_core.compacted_view import COMPACTED_DIR, decode_view, view_store  # noqa: E402
+from broker_core.compaction import compact_topic  # noqa: E402
+from broker_core.message_id import MessageId  # noqa: E402
+from broker_core.naming import TopicName  # noqa: E402
+
+TOPIC = "bench-compaction"
+
+
+def progress(text: str) -> None:
+    print(f"  .. {text}", file=sys.stderr, flush=True)
+
+
+def make_rows(n: int, keys: int, seed: int) -> pa.Table:
+    """``SEGMENT_SCHEMA`` rows: uniform keys, 64-byte values, 1% tombstones, 1% keyless."""
+    rng = np.random.default_rng(seed)
+    key_ids = rng.integers(0, keys, n)
+    key_text = pc.binary_join_element_wise("key-", pa.array(key_ids).cast(pa.string()), "")
+    keyless = rng.random(n) < 0.01
+    key = pc.if_else(pa.array(keyless), pa.nulls(n, pa.string()), key_text)
+    payload = pa.FixedSizeBinaryArray.from_buffers(pa.binary(64), n, [None, pa.py_buffer(rng.bytes(64 * n))])
+    value = pc.if_else(pa.array(rng.random(n) < 0.01), pa.nulls(n, pa.binary()), payload.cast(pa.binary()))
+    rows, _ = to_segment_rows(pa.table({"value": value, "key": key}), publish_time_ms=int(time.time() * 1000),
+                              max_message_size=0, default_producer="bench")
+    return rows
+
+
+def fill(root: str, messages: int, keys: int, segment_rows: int, seed: int) -> None:
+    log = Broker.for_url(root).topic_log(TopicName.parse(TOPIC))
+    done = 0
+    while done < messages:
+        n = min(segment_rows, messages - done)
+        log.append(make_rows(n, keys, seed + done), layout=[n])
+        done += n
+
+
+def timed(fn: Any) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - started, result
+
+
+def topic_path(root: str) -> Path:
+    return Path(root) / "public" / "default" / "persistent" / TOPIC
+
+
+def baseline(root: str) -> tuple[float, float, int]:
+    """(scan s, scan + group_by s, distinct keys) over the segment files, plain pyarrow."""
+    files = sorted(topic_path(root).glob("part-*.parquet"))
+    scan_s, tables = timed(lambda: [pq.read_table(f) for f in files])
+    del tables
+
+    def reduce() -> int:
+        pieces = []
+        base = 0
+        for f in files:
+            t = pq.read_table(f, columns=["key"])
+            offsets = pa.array(np.arange(base, base + t.num_rows))
+            pieces.append(pa.table({"key": t.column("key"), "offset": offsets}))
+            base += t.num_rows
+        grouped = pa.concat_tables(pieces).group_by("key").aggregate([("offset", "max")])
+        return grouped.num_rows
+
+    reduce_s, groups = timed(reduce)
+    return scan_s, reduce_s, groups
+
+
+def current_view(root: str) -> pa.Table:
+    log = Broker.for_url(root).topic_log(TopicName.parse(TOPIC))
+    pointer = view_store(log.io, log.path).latest()
+    assert pointer is not None
+    return decode_view(log.io.open_input(f"{log.path}/{pointer.file}"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=5_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--segment-rows", type=int, default=250_000, help="messages per segment (one append)")
+    parser.add_argument("--increment", type=int, default=0, help="messages appended before the incremental "
+                        "run (default: 10%% of --messages)")
+    parser.add_argument("--master", default="local[2]", help="Spark master for the job")
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark job")
+    parser.add_argument("--root", help="parent directory for the storage root (default: a temporary one)")
+    args = parser.parse_args(argv)
+    increment = args.increment or max(1, args.messages // 10)
+
+    parent = args.root or tempfile.gettempdir()
+    os.makedirs(parent, exist_ok=True)
+    root = tempfile.mkdtemp(prefix="bench-compaction-", dir=parent)
+    (Path(root) / "_pubsub").mkdir()
+    # fsync off, as the pyarrow baselines do not fsync either
+    (Path(root) / "_pubsub" / "broker.toml").write_text("fsyncEnabled = false\n")
+    print(f"storage root: {root}  (cpus: {os.cpu_count()}, pyarrow {pa.__version__})")
+    print(f"topic: {args.messages:,} messages, {args.keys:,} keys, segments of {args.segment_rows:,}")
+    figures: list[tuple[str, float, str]] = []
+    cleanup = [root]
+    try:
+        progress("writing the topic")
+        write_s, _ = timed(lambda: fill(root, args.messages, args.keys, args.segment_rows, seed=1))
+        figures.append(("write the topic (TopicLog.append, fsync off)", write_s, ""))
+
+        progress("baselines")
+        scan_s, reduce_s, groups = baseline(root)
+        figures.append(("a. baseline: pq.read_table of every segment", scan_s,
+                        f"{args.messages / scan_s:,.0f} msg/s"))
+        figures.append(("a. baseline: read keys + group_by(key).max(offset)", reduce_s,
+                        f"{groups:,} groups"))
+
+        progress("local compaction")
+        broker = Broker.for_url(root)
+        local_s, summary = timed(lambda: compact_topic(broker, TOPIC))
+        figures.append(("b. compact_topic, first run (local, pyarrow)", local_s,
+                        f"{args.messages / local_s:,.0f} msg/s -> {summary.rows:,} rows in the view"))
+        local_view = current_view(root)
+
+        progress(f"incremental compaction after {increment:,} more messages")
+        fill(root, increment, args.keys, args.segment_rows, seed=2)
+        inc_s, inc = timed(lambda: compact_topic(broker, TOPIC))
+        figures.append(("c. compact_topic, incremental run", inc_s,
+                        f"{inc.messages_read:,} new messages, {inc.rows:,} rows in the view"))
+
+        progress("readers of the view")
+        client = Client(root)
+        reader = client.create_reader(TOPIC, MessageId.earliest, is_read_compacted=True)
+        read_s, batch = timed(lambda: reader.read_batch(10_000_000))
+        figures.append(("e. readCompacted read_batch of the view", read_s, f"{batch.num_rows:,} rows"))
+        view_s, table_view = timed(lambda: client.create_table_view(TOPIC))
+        figures.append(("e. create_table_view (loads the view)", view_s, f"{len(table_view):,} keys"))
+        client.close()
+
+        if not args.no_spark:
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+            from pyspark.sql import SparkSession
+
+            from spark_pubsub.jobs import compact_with_spark
+
+            progress("Spark session")
+            builder = (SparkSession.builder.master(args.master).appName("bench-compaction")
+                       .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                       .config("spark.sql.shuffle.partitions", str(os.cpu_count() or 2))
+                       .config("spark.driver.memory", "4g"))
+            start_s, spark = timed(builder.getOrCreate)
+            spark.sparkContext.setLogLevel("ERROR")
+            figures.append((f"d. SparkSession start ({args.master})", start_s, "not counted below"))
+            progress("Spark warm-up on a tiny topic (Python workers, code generation)")
+            warm = tempfile.mkdtemp(prefix="bench-compaction-warm-", dir=parent)
+            cleanup.append(warm)
+            fill(warm, 1000, 100, 1000, seed=3)
+            warm_s, _ = timed(lambda: compact_with_spark(spark, warm, TOPIC))
+            figures.append(("d. Spark job on a 1,000-message topic (first job of the session)", warm_s,
+                            "not counted below"))
+            # a first run over the whole topic (the increment included), as b did over the first part
+            shutil.rmtree(topic_path(root) / COMPACTED_DIR)
+            progress("Spark compaction")
+            spark_s, spark_summary = timed(lambda: compact_with_spark(spark, root, TOPIC))
+            total = args.messages + increment
+            figures.append(("d. Spark job, first run over the whole topic", spark_s,
+                            f"{total / spark_s:,.0f} msg/s -> {spark_summary.rows:,} rows in the view"))
+            progress("local first run over the same (larger) topic, for the comparison")
+            shutil.rmtree(topic_path(root) / COMPACTED_DIR)
+            local2_s, _ = timed(lambda: compact_topic(broker, TOPIC))
+            figures.append(("d. compact_topic first run, same topic as the Spark job", local2_s,
+                            f"{total / local2_s:,.0f} msg/s"))
+            spark_view_equal = None
+            local2 = current_view(root)
+            shutil.rmtree(topic_path(root) / COMPACTED_DIR)
+            compact_with_spark(spark, root, TOPIC)
+            spark_view_equal = current_view(root).equals(local2)
+            figures.append(("d. Spark view equals local view", 0.0, str(spark_view_equal)))
+            spark.stop()
+        del local_view
+    finally:
+        for path in cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+    print()
+    width = max(len(name) for name, _, _ in figures)
+    for name, seconds, note in figures:
+        shown = f"{seconds:8.2f} s" if seconds else " " * 10
+        print(f"{name:<{width}}  {shown}  {note}")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

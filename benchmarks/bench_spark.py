@@ -1,0 +1,243 @@
+"""The Spark connector against Spark's own Parquet source and sink, on the same data.
+
+Run from the repository root (it sets ``PYSPARK_PYTHON`` to this interpreter itself)::
+
+    .venv/bin/python benchmarks/bench_spark.py [--messages N] [--root DIR] [--repeats R] [--keep]
+
+Data: N messages (default 5,000,000) with 100-byte random values and short string keys (1,000
+distinct), appended with ``Producer.send_table`` in chunks of 250,000 rows to ONE internal topic (so
+N / 250,000 segment files), and the same rows written as plain Parquet files (key, value), one per
+chunk.  Every query runs in one ``local[2]`` SparkSession (UI off), is a streaming query with
+``Trigger.AvailableNow`` and is timed from ``start()`` to the end of ``awaitTermination()``, so every
+figure includes Spark's per-query and per-batch fixed costs alike.
+
+What it measures (goal: each pubsub figure within 2x of Spark's own):
+
+a. read: ``format("pubsub")`` into the ``noop`` sink, vs Spark's streaming Parquet file source
+   over the directory of the topic's segment files (the very files the pubsub source reads; Spark
+   skips ``_delta_log`` and ``_producers``) into ``noop``; also vs the plain Parquet copy.  One
+   internal topic is one task unless ``minPartitions`` splits it (by key hash: every task decodes
+   every segment and keeps its keys), while Spark splits files over both cores, so the pubsub read
+   is also shown with ``minPartitions=2``;
+b. write: the plain Parquet copy read by Spark's file source (streaming) and written through
+   ``format("pubsub")`` vs the same input written by Spark's Parquet sink (skipped, and said so,
+   when ``spark_pubsub/sink.py`` does not exist);
+c. parallelism: a 1-partition topic read with ``minPartitions=8`` vs ``minPartitions=1``.
+
+This is a benchmark, not a test: nothing is asserted.  Each figure is the best of ``--repeats``
+runs (default 2; the first run of a query warms the Python workers).  On a machine with other load,
+rerun before trusting a single figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+from broker_core import Client  # noqa: E402
+from broker_core.broker import Broker  # noqa: E402
+from broker_core.naming import TopicName  # noqa: E402
+
+CHUNK = 250_000
+TOPIC = "bench"
+
+
+def make_data(root: Path, plain: Path, n: int) -> float:
+    """Append ``n`` messages to ``TOPIC`` (bulk) and write the same rows as plain Parquet."""
+    (root / "_pubsub").mkdir(parents=True, exist_ok=True)
+    (root / "_pubsub" / "broker.toml").write_text("fsyncEnabled = false\n")
+    plain.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(42)
+    client = Client(str(root))
+    producer = client.create_producer(TOPIC, producer_name="bench")
+    started = time.perf_counter()
+    for i, start in enumerate(range(0, n, CHUNK)):
+        rows = min(CHUNK, n - start)
+        values = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(100),
+            rows,
+            [None, pa.py_buffer(rng.integers(0, 256, rows * 100, dtype=np.uint8).tobytes())],
+        ).cast(pa.binary())
+        keys = pa.array([f"key-{j % 1000}" for j in range(start, start + rows)], pa.string())
+        table = pa.table({"key": keys, "value": values})
+        producer.send_table(table)
+        pq.write_table(table, plain / f"part-{i:05d}.parquet")
+    elapsed = time.perf_counter() - started
+    producer.close()
+    client.close()
+    return elapsed
+
+
+def segment_dir(root: Path) -> Path:
+    return root / Path(*TopicName.parse(TOPIC).relative_path())
+
+
+def session() -> Any:
+    from pyspark.sql import SparkSession
+
+    import spark_pubsub
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-spark")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "4g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_pubsub.register(spark)
+    return spark
+
+
+def timed(start_query: Any, repeats: int) -> tuple[float, int, int]:
+    """Best wall time of ``repeats`` runs of a query (each with a fresh checkpoint); rows and batches
+    of the best run."""
+    best = (float("inf"), 0, 0)
+    for _ in range(repeats):
+        checkpoint = tempfile.mkdtemp(prefix="bench-ck-")
+        t0 = time.perf_counter()
+        query = start_query(checkpoint)
+        query.awaitTermination()
+        elapsed = time.perf_counter() - t0
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+        rows = sum(p["numInputRows"] for p in progress)
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        if elapsed < best[0]:
+            best = (elapsed, rows, len(progress))
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=5_000_000)
+    parser.add_argument("--root", type=Path, default=None, help="work directory (default: a temp dir)")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    work = args.root or Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    root, plain = work / "root", work / "plain"
+    n = args.messages
+
+    print(f"bench_spark: {n:,} messages of 100 B, {(n + CHUNK - 1) // CHUNK} segments, work dir {work}")
+    print(f"data: send_table wrote {n:,} messages in {make_data(root, plain, n):.1f} s")
+    spark = session()
+    segment_schema = spark.read.parquet(str(segment_dir(root))).schema
+    plain_schema = spark.read.parquet(str(plain)).schema
+    results: list[tuple[str, str, float, int, int]] = []
+
+    def run(group: str, name: str, start_query: Any) -> float:
+        elapsed, rows, batches = timed(start_query, args.repeats)
+        results.append((group, name, elapsed, rows, batches))
+        print(
+            f"  {group:6} {name:58} {elapsed:7.2f} s  {rows / elapsed / 1e6:6.2f} M rows/s  ({rows:,} rows, "
+            f"{batches} batches)",
+            flush=True,
+        )
+        return elapsed
+
+    def pubsub_read(**options: str) -> Any:
+        reader = (
+            spark.readStream.format("pubsub").option("topic", TOPIC).option("startingOffsets", "earliest")
+        )
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return reader.load(str(root))
+
+    def noop(df: Any) -> Any:
+        return lambda ck: (
+            df.writeStream.format("noop").option("checkpointLocation", ck).trigger(availableNow=True).start()
+        )
+
+    print("a. read into noop (streaming, Trigger.AvailableNow)")
+    ours = run("read", "pubsub source", noop(pubsub_read()))
+    theirs = run(
+        "read",
+        "Spark Parquet file source, the topic's segment files",
+        noop(spark.readStream.schema(segment_schema).parquet(str(segment_dir(root)))),
+    )
+    plain_read = run(
+        "read",
+        "Spark Parquet file source, the plain Parquet copy",
+        noop(spark.readStream.schema(plain_schema).parquet(str(plain))),
+    )
+    both_cores = run(
+        "read", "pubsub source, minPartitions=2 (one task per core)", noop(pubsub_read(minPartitions="2"))
+    )
+    ratios = [
+        ("read: pubsub / Parquet (segment files)", ours / theirs),
+        ("read: pubsub / Parquet (plain copy)", ours / plain_read),
+        ("read: pubsub minPartitions=2 / Parquet (segments)", both_cores / theirs),
+    ]
+
+    print("b. write (streaming, Trigger.AvailableNow; input: Spark's file source over the plain copy)")
+    source_df = spark.readStream.schema(plain_schema).parquet(str(plain))
+    if (REPO / "spark_pubsub" / "sink.py").exists():
+        counter = iter(range(1000))
+
+        def to_pubsub(ck: str) -> Any:
+            return (
+                source_df.writeStream.format("pubsub")
+                .option("topic", f"bench-out-{next(counter)}")
+                .option("checkpointLocation", ck)
+                .trigger(availableNow=True)
+                .start(str(root))
+            )
+
+        ours_w = run("write", "pubsub sink", to_pubsub)
+        out = work / "parquet-out"
+
+        def to_parquet(ck: str) -> Any:
+            shutil.rmtree(out, ignore_errors=True)
+            return (
+                source_df.writeStream.format("parquet")
+                .option("path", str(out))
+                .option("checkpointLocation", ck)
+                .trigger(availableNow=True)
+                .start()
+            )
+
+        theirs_w = run("write", "Spark Parquet sink", to_parquet)
+        ratios.append(("write: pubsub / Parquet", ours_w / theirs_w))
+        written = sum(
+            Broker.for_url(str(root)).topic_log(TopicName.parse(f"bench-out-{i}")).snapshot().next_offset
+            for i in range(args.repeats)
+        )
+        print(f"  (the pubsub sink committed {written:,} messages over {args.repeats} runs)")
+    else:
+        print("  skipped: spark_pubsub/sink.py does not exist yet")
+
+    print("c. one internal topic, minPartitions (streaming read into noop)")
+    eight = run("split", "pubsub source, minPartitions=8", noop(pubsub_read(minPartitions="8")))
+    one = run("split", "pubsub source, minPartitions=1", noop(pubsub_read(minPartitions="1")))
+    ratios.append(("minPartitions=8 / minPartitions=1 (time)", eight / one))
+
+    print("\nsummary (time ratios; goal for pubsub / Spark: <= 2.0)")
+    print(f"  {'':52} {'ratio':>7}")
+    for name, ratio in ratios:
+        goal = "" if name.startswith("minPartitions") else ("  MET" if ratio <= 2.0 else "  MISSED")
+        print(f"  {name:52} {ratio:7.2f}{goal}")
+    spark.stop()
+    if not args.keep and args.root is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

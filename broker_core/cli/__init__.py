@@ -1,0 +1,7 @@
+"""The ``pubsub`` command line (``pubsub --help``); ``main(argv)`` returns the exit status."""
+
+from __future__ import annotations
+
+from broker_core.cli.app import build_parser, main
+
+__all__ = ["build_parser", "main"]

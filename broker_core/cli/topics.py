@@ -1,0 +1,143 @@
+"""``pubsub topics ...``: create, list, delete, stats (peek, skip and reset-cursor are in ``messages``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from broker_core.cli import messages, policies
+from broker_core.cli.common import (
+    Context,
+    Output,
+    add_command,
+    add_group,
+    count,
+    persistent_topic,
+    require_topic,
+)
+from broker_core.naming import NamespaceName, TopicName
+from broker_core.stats import topic_stats
+
+_NAMES = "topic names: 'x' (persistent://public/default/x), 'tenant/ns/x', 'persistent://tenant/ns/x'"
+
+
+def register(commands: Any) -> None:
+    topics = add_group(commands, "topics", help="create, list, delete, inspect topics; peek, skip, reset")
+    create = add_command(
+        topics,
+        "create",
+        help="create a topic (partitioned with --partitions)",
+        handler=_create,
+        description="Create a non-partitioned persistent topic (its log), or with --partitions N a "
+        "partitioned topic whose partition logs are created by their first producer or reader.",
+        epilog=f"{_NAMES}\n\nexamples:\n  pubsub topics create orders\n"
+        "  pubsub topics create acme/sales/events --partitions 4",
+    )
+    create.add_argument("topic", metavar="TOPIC")
+    create.add_argument("--partitions", type=count, metavar="N", help="number of partitions (>= 1)")
+    listing = add_command(topics, "list", help="list a namespace's topics", handler=_list)
+    listing.add_argument("namespace", metavar="TENANT/NAMESPACE")
+    delete = add_command(
+        topics,
+        "delete",
+        help="delete a topic and everything it stores",
+        handler=_delete,
+        description="Delete a persistent topic: every partition's directory (messages, log, "
+        "subscriptions, producer registry, compacted view), its topic policies and its partition "
+        "metadata. Refused while producers or consumers are connected (live leases) unless --force.",
+    )
+    delete.add_argument("topic", metavar="TOPIC")
+    delete.add_argument(
+        "--force",
+        action="store_true",
+        help="delete even with connected producers/consumers (use only for crashed ones)",
+    )
+    stats = add_command(topics, "stats", help="sizes, publishers, subscriptions and backlogs", handler=_stats)
+    stats.add_argument("topic", metavar="TOPIC")
+    messages.register(topics)
+    policies.register(topics, "topic")
+
+
+def _create(ctx: Context, args: argparse.Namespace) -> Output:
+    name = TopicName.parse(args.topic)
+    admin = ctx.broker.admin
+    if args.partitions is not None:
+        admin.create_partitioned_topic(name, args.partitions)
+    else:
+        admin.create_topic(name)
+    parts = args.partitions or 0
+    what = f"partitioned topic {name} with {parts} partitions" if parts else f"topic {name}"
+    return Output({"topic": str(name), "partitions": parts, "created": True}, [f"created {what}"])
+
+
+def _list(ctx: Context, args: argparse.Namespace) -> Output:
+    ns = str(NamespaceName.parse(args.namespace))
+    admin = ctx.broker.admin
+    topics: list[dict[str, Any]] = [
+        {"topic": t, "partitions": admin.partitioned_topic_metadata(t)} for t in admin.list_topics(ns)
+    ]
+    lines = [t["topic"] + (f"  ({t['partitions']} partitions)" if t["partitions"] else "") for t in topics]
+    return Output({"namespace": ns, "topics": topics}, lines)
+
+
+def _delete(ctx: Context, args: argparse.Namespace) -> Output:
+    name = TopicName.parse(args.topic)
+    result = ctx.broker.admin.delete_topic(name, force=args.force)
+    subs = result["subscriptions"]
+    lines = [
+        f"deleted topic {name}: {len(result['internalTopics'])} internal topic(s)"
+        + (f", subscriptions {', '.join(subs)}" if subs else "")
+    ]
+    return Output({"topic": str(name), "deleted": True, **result}, lines)
+
+
+_EMPTY_PARTITION: dict[str, Any] = {
+    "firstOffset": 0,
+    "nextOffset": 0,
+    "msgCount": 0,
+    "storageSize": 0,
+    "segments": 0,
+    "logVersion": None,
+    "publishers": [],
+    "subscriptions": {},
+}
+
+
+def _stats(ctx: Context, args: argparse.Namespace) -> Output:
+    name = persistent_topic(args.topic)
+    broker = ctx.broker
+    parts = require_topic(broker, name)
+    out: dict[str, Any] = {
+        "topic": str(name),
+        "partitions": {},
+        "msgCount": 0,
+        "storageSize": 0,
+        "msgBacklog": {},
+    }
+    for part in parts:
+        if not broker.topic_log(part, create=False).exists():  # created by its first producer or reader
+            out["partitions"][str(part)] = dict(_EMPTY_PARTITION)
+            continue
+        stats = topic_stats(broker, part)
+        out["partitions"].update(stats["partitions"])
+        out["msgCount"] += stats["msgCount"]
+        out["storageSize"] += stats["storageSize"]
+        for sub, backlog in stats["msgBacklog"].items():
+            out["msgBacklog"][sub] = out["msgBacklog"].get(sub, 0) + backlog
+    lines = [f"{name}: {out['msgCount']} message(s), {out['storageSize']} bytes"]
+    for part_name, part in out["partitions"].items():
+        publishers = ", ".join(p["producerName"] for p in part["publishers"]) or "none"
+        lines.append(
+            f"  {part_name}: offsets [{part['firstOffset']}, {part['nextOffset']}), "
+            f"{part['segments']} segment(s), log version {part['logVersion']}, publishers: {publishers}"
+        )
+        for sub, st in sorted(part["subscriptions"].items()):
+            consumers = ", ".join(c["consumerName"] for c in st["consumers"]) or "none"
+            lines.append(
+                f"    subscription {sub} ({st['type']}): backlog {st['msgBacklog']}, "
+                f"unacked {st['unackedMessages']}, consumers: {consumers}"
+            )
+    return Output(out, lines)
+
+
+__all__ = ["register"]

@@ -1,0 +1,51 @@
+"""Reconcile jobs: retention, message TTL, backlog quotas, log checkpoints, log cleanup and vacuum.
+
+Each job is a library function taking a ``Broker`` and a topic (or a ``tenant/namespace``), with
+keyword-only options, returning a ``JobSummary`` of per-internal-topic results.  Every change goes
+through the same put-if-absent commits producers and consumers use, so a job is safe to run beside
+them, safe to kill at any instant, and idempotent (``DESIGN.md`` section 7).
+"""
+
+from __future__ import annotations
+
+from broker_core.jobs.backlog import (
+    BacklogEviction,
+    BacklogQuotaGuard,
+    BacklogStatus,
+    backlog_status,
+    enforce_backlog_quota,
+)
+from broker_core.jobs.log_maintenance import (
+    CheckpointResult,
+    CleanupResult,
+    VacuumResult,
+    checkpoint,
+    cleanup_logs,
+    vacuum,
+)
+from broker_core.jobs.progress import MIN_SAFE_AGE_MS, JobProgress, JobSummary
+from broker_core.jobs.retention import RetentionLimits, RetentionResult, run_retention
+from broker_core.jobs.ttl import SubscriptionExpiry, TtlResult, run_ttl
+
+__all__ = [
+    "MIN_SAFE_AGE_MS",
+    "BacklogEviction",
+    "BacklogQuotaGuard",
+    "BacklogStatus",
+    "CheckpointResult",
+    "CleanupResult",
+    "JobProgress",
+    "JobSummary",
+    "RetentionLimits",
+    "RetentionResult",
+    "SubscriptionExpiry",
+    "TtlResult",
+    "VacuumResult",
+    "backlog_status",
+    "checkpoint",
+    "cleanup_logs",
+    "enforce_backlog_quota",
+    "run_retention",
+    "run_ttl",
+    "vacuum",
+]

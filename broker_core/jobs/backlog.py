@@ -1,0 +1,366 @@
+"""Backlog quotas: how far the slowest durable subscription lags, and what happens when it lags too far.
+
+The backlog of an internal topic is what its slowest durable subscription has not acknowledged,
+from that subscription's first unacknowledged offset to the end of the log.  Its size in bytes is
+estimated from segment file sizes, pro rata by rows for the segment the position falls in (Pulsar
+estimates from ledger sizes the same way); its age is ``now`` minus the publish time of that first
+unacknowledged message.  Without durable subscriptions there is no backlog.
+
+Limits (``backlogQuotaLimitSize`` bytes, ``backlogQuotaLimitTime`` seconds; -1 = no limit) and the
+policy (``backlogQuotaPolicy``) follow the usual precedence: broker config < namespace < topic.
+The quota is exceeded when the size is above its limit or the age is above its limit.
+
+- ``producer_request_hold``: a producer's send waits, re-checking, until the backlog is within quota
+  or the send timeout runs out (``ProducerBlockedQuotaExceededError``, a ``Timeout``).  With a send
+  timeout of 0 it waits as long as it takes.
+- ``producer_exception``: the send fails at once with ``ProducerBlockedQuotaExceededException``.
+- ``consumer_backlog_eviction``: the slowest subscriptions are moved forward (their messages are
+  acknowledged, as Pulsar's eviction skips them) until the backlog fits, then the send goes on.
+  ``enforce_backlog_quota`` does the same as a job.
+
+Delayed messages count as backlog until they are delivered and acknowledged, so a long delay can
+trip the quota (seeds 3.3, "Work with backlog quota policy").  A producer checks before every
+commit, with the policies and the status each cached for at most a second.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from broker_core.broker import Broker
+from broker_core.clock import Clock
+from broker_core.cursor import Cursor
+from broker_core.errors import (
+    AlreadyClosed,
+    ProducerBlockedQuotaExceededError,
+    ProducerBlockedQuotaExceededException,
+)
+from broker_core.jobs.progress import (
+    JobSummary,
+    check_flag,
+    existing_log,
+    now_or,
+    resolve_targets,
+    run_each,
+)
+from broker_core.jobs.retention import durable_cursors, first_unacked
+from broker_core.jobs.ttl import publish_times_us
+from broker_core.log.snapshot import Snapshot
+from broker_core.naming import TopicName
+from broker_core.policies import EffectivePolicies
+from broker_core.topic_log import TopicLog
+
+EVICTION = "consumer_backlog_eviction"
+HOLD = "producer_request_hold"
+EXCEPTION = "producer_exception"
+_HOLD_MARGIN_S = 0.05  # a held send gives up this much before its timeout, so it reports the quota error
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogStatus:
+    """The backlog of one internal topic against its quota (sizes in bytes, ages in ms)."""
+
+    topic: str
+    backlog_bytes: int
+    backlog_messages: int
+    oldest_unacked_offset: int | None
+    oldest_unacked_age_ms: int | None
+    slowest_subscription: str | None
+    limit_bytes: int
+    limit_seconds: int
+    policy: str
+
+    @property
+    def size_exceeded(self) -> bool:
+        return self.limit_bytes >= 0 and self.backlog_bytes > self.limit_bytes
+
+    @property
+    def time_exceeded(self) -> bool:
+        age = self.oldest_unacked_age_ms
+        return self.limit_seconds >= 0 and age is not None and age > self.limit_seconds * 1000
+
+    @property
+    def exceeded(self) -> bool:
+        return self.size_exceeded or self.time_exceeded
+
+    @property
+    def changed(self) -> bool:
+        return False
+
+    def describe(self) -> str:
+        state = "OVER QUOTA" if self.exceeded else "within quota"
+        return (f"{state}: {self.backlog_bytes} bytes / limit {self.limit_bytes}, oldest unacked age "
+                f"{self.oldest_unacked_age_ms} ms / limit {self.limit_seconds} s, slowest "
+                f"{self.slowest_subscription!r}, policy {self.policy}")
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogEviction:
+    """What eviction did on one internal topic: the position the slow cursors were moved to."""
+
+    topic: str
+    before: BacklogStatus
+    target_offset: int | None
+    moved: tuple[tuple[str, int, int], ...]  # (subscription, from, to)
+    dry_run: bool
+    reason: str
+
+    @property
+    def changed(self) -> bool:
+        return not self.dry_run and bool(self.moved)
+
+    def describe(self) -> str:
+        moves = ", ".join(f"{s}: {a} -> {b}" for s, a, b in self.moved) or "no cursor moved"
+        return f"{self.reason}; {moves}"
+
+
+# --- measuring -------------------------------------------------------------------------------------
+
+
+def bytes_from(snap: Snapshot, offset: int) -> int:
+    """Estimated bytes of the live messages at or after ``offset`` (pro rata inside a segment)."""
+    total = 0
+    for seg in snap.segments[snap.segment_index_for(offset) :]:
+        rows = seg.end_offset - max(offset, seg.base_offset)
+        total += seg.size_bytes if rows == seg.num_records else seg.size_bytes * rows // seg.num_records
+    return total
+
+
+def _publish_ms(log: TopicLog, snap: Snapshot, offset: int) -> int:
+    seg = snap.segments[snap.segment_index_for(offset)]
+    return int(publish_times_us(log, seg)[offset - seg.base_offset]) // 1000
+
+
+def measure(log: TopicLog | None, snap: Snapshot | None, topic: TopicName, cursors: dict[str, Cursor],
+            policies: EffectivePolicies, now_ms: int) -> BacklogStatus:
+    """The backlog status of an internal topic from already loaded state (no log: no backlog)."""
+    floors = {name: first_unacked(c, snap.first_offset) for name, c in cursors.items()} if snap else {}
+    live = {name: pos for name, pos in floors.items() if snap and pos < snap.next_offset}
+    slowest = min(sorted(live), key=live.__getitem__) if live else None
+    offset = live[slowest] if slowest is not None else None
+    if log is None or snap is None or offset is None:
+        return BacklogStatus(str(topic), 0, 0, None, None, None, policies.backlog_quota_limit_size,
+                             policies.backlog_quota_limit_time, policies.backlog_quota_policy)
+    return BacklogStatus(
+        topic=str(topic),
+        backlog_bytes=bytes_from(snap, offset),
+        backlog_messages=max(0, snap.next_offset - offset - cursors[str(slowest)].acked.count()),
+        oldest_unacked_offset=offset,
+        oldest_unacked_age_ms=now_ms - _publish_ms(log, snap, offset),
+        slowest_subscription=slowest,
+        limit_bytes=policies.backlog_quota_limit_size,
+        limit_seconds=policies.backlog_quota_limit_time,
+        policy=policies.backlog_quota_policy,
+    )
+
+
+def partition_status(broker: Broker, topic: TopicName, *, now_ms: int,
+                     policies: EffectivePolicies | None = None) -> BacklogStatus:
+    """The backlog status of one internal topic (reads the latest log, cursors and, unless given,
+    policies)."""
+    policies = policies or broker.policies.effective(topic, fresh=True)
+    log = existing_log(broker, topic)
+    snap = log.snapshot() if log is not None else None
+    return measure(log, snap, topic, durable_cursors(broker, topic) if log else {}, policies, now_ms)
+
+
+def backlog_status(broker: Broker, topic: str | TopicName, *,
+                   now_ms: int | None = None) -> JobSummary[BacklogStatus]:
+    """The backlog of each internal topic of a topic (or namespace) against its quota; changes nothing.
+
+    Raises:
+        TopicNotFound, NamespaceNotFound: the target does not exist.
+    """
+    now = now_or(now_ms)
+    target, partitions = resolve_targets(broker, topic)
+    return run_each("backlog-status", target, partitions,
+                    lambda part: partition_status(broker, part, now_ms=now), dry_run=True)
+
+
+# --- eviction --------------------------------------------------------------------------------------
+
+
+def _size_target(snap: Snapshot, limit_bytes: int) -> int:
+    """The lowest offset from which the estimated backlog fits in ``limit_bytes`` (see ``bytes_from``)."""
+    room = limit_bytes
+    for seg in reversed(snap.segments):
+        if seg.size_bytes <= room:
+            room -= seg.size_bytes
+            continue
+        rows = room * seg.num_records // seg.size_bytes if seg.size_bytes else seg.num_records
+        return seg.end_offset - rows
+    return snap.first_offset
+
+
+def _time_target(log: TopicLog, snap: Snapshot, start: int, cutoff_ms: int) -> int:
+    """The first offset at or after ``start`` published at or after ``cutoff_ms`` (end if none)."""
+    for seg in snap.segments[snap.segment_index_for(start) :]:
+        if seg.max_publish_ms < cutoff_ms:
+            continue
+        lo = max(start, seg.base_offset)
+        fresh = np.nonzero(publish_times_us(log, seg)[lo - seg.base_offset :] >= cutoff_ms * 1000)[0]
+        if len(fresh):
+            return lo + int(fresh[0])
+    return snap.next_offset
+
+
+def evict_partition(broker: Broker, topic: TopicName, *, now_ms: int, dry_run: bool) -> BacklogEviction:
+    """Move the subscriptions behind the quota forward on one internal topic (eviction policy only)."""
+    policies = broker.policies.effective(topic, fresh=True)
+    log = existing_log(broker, topic)
+    snap = log.snapshot() if log is not None else None
+    cursors = durable_cursors(broker, topic) if log is not None else {}
+    status = measure(log, snap, topic, cursors, policies, now_ms)
+    if log is None or snap is None or policies.backlog_quota_policy != EVICTION or not status.exceeded:
+        policy = policies.backlog_quota_policy
+        why = "within quota" if not status.exceeded else f"policy is {policy}, not {EVICTION}"
+        return BacklogEviction(str(topic), status, None, (), dry_run, why)
+    target = snap.first_offset
+    if status.size_exceeded:
+        target = max(target, _size_target(snap, status.limit_bytes))
+    if status.time_exceeded and status.oldest_unacked_offset is not None:
+        cutoff = now_ms - status.limit_seconds * 1000
+        target = max(target, _time_target(log, snap, status.oldest_unacked_offset, cutoff))
+    moved: list[tuple[str, int, int]] = []
+    for name in sorted(cursors):
+        if first_unacked(cursors[name], snap.first_offset) >= target:
+            continue
+        if dry_run:
+            moved.append((name, cursors[name].mark_delete, target))
+            continue
+        move = _move_cursor(broker, topic, name, target)
+        if move is not None:
+            moved.append((name, *move))
+    return BacklogEviction(str(topic), status, target, tuple(moved), dry_run, f"evict up to offset {target}")
+
+
+def _move_cursor(broker: Broker, topic: TopicName, subscription: str, target: int) -> tuple[int, int] | None:
+    """Acknowledge everything below ``target`` in the latest cursor; (from, to) or None if it was there."""
+    before: list[int] = []
+
+    def fn(latest: Cursor | None) -> Cursor | None:
+        before[:] = []
+        if latest is None or latest.mark_delete >= target:
+            return None
+        before.append(latest.mark_delete)
+        latest.ack_cumulative(target - 1)  # eviction acknowledges what it skips (never moves back)
+        return latest
+
+    after = broker.cursor_store(topic, subscription).update(fn)
+    return (before[0], after.mark_delete) if before and after is not None else None
+
+
+def enforce_backlog_quota(broker: Broker, topic: str | TopicName, *, now_ms: int | None = None,
+                          dry_run: bool = False) -> JobSummary[BacklogEviction]:
+    """Under ``consumer_backlog_eviction``, move every subscription whose backlog breaks the quota
+    forward until it fits; under the producer-side policies, only report.
+
+    Raises:
+        TopicNotFound, NamespaceNotFound: the target does not exist (nothing created).
+        InvalidConfiguration: a bad argument.
+    """
+    check_flag(dry_run, "dry_run")
+    now = now_or(now_ms)
+    target, partitions = resolve_targets(broker, topic)
+    return run_each("backlog-eviction", target, partitions,
+                    lambda part: evict_partition(broker, part, now_ms=now, dry_run=dry_run), dry_run=dry_run)
+
+
+# --- the producer's side ---------------------------------------------------------------------------
+
+
+class BacklogQuotaGuard:
+    """Checks a producer's partitions against the backlog quota before each commit.
+
+    Args:
+        broker: the producer's broker.
+        topic: the producer's topic (policies are per topic).
+        clock: the producer's clock (backlog age is measured against publish times it stamped).
+        cache_s: how long a computed status is reused; the policies have their own one-second cache.
+    """
+
+    def __init__(self, broker: Broker, topic: TopicName, *, clock: Clock, cache_s: float = 1.0) -> None:
+        self._broker = broker
+        self._topic = topic
+        self._clock = clock
+        self._cache_s = cache_s
+        self._cache: dict[TopicName, tuple[float, BacklogStatus]] = {}
+        self._lock = threading.Lock()
+
+    def _status(self, partition: TopicName, policies: EffectivePolicies) -> tuple[float, BacklogStatus]:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(partition)
+        if hit is not None and now - hit[0] < self._cache_s:
+            return hit
+        status = partition_status(self._broker, partition, now_ms=self._clock.now_ms(), policies=policies)
+        entry = (now, status)
+        with self._lock:
+            self._cache[partition] = entry
+        return entry
+
+    def admit(self, partition: TopicName, *, deadline_s: float | None,
+              closed: Callable[[], bool] = lambda: False) -> None:
+        """Return when a commit to ``partition`` may go ahead under the topic's backlog quota.
+
+        Args:
+            partition: the internal topic about to be written.
+            deadline_s: ``time.monotonic()`` when the send times out; a held send gives up just before
+                it, so the caller gets the quota error rather than a bare timeout (None: wait as long
+                as it takes).
+            closed: tells a held send that its client closed.
+
+        Raises:
+            ProducerBlockedQuotaExceededException: over quota under ``producer_exception``.
+            ProducerBlockedQuotaExceededError: still over quota at the deadline (``producer_request_hold``).
+            AlreadyClosed: the client closed while the send was held.
+        """
+        while True:
+            policies = self._broker.policies.effective(self._topic)
+            if policies.backlog_quota_limit_size < 0 and policies.backlog_quota_limit_time < 0:
+                return  # the default: no quota, no I/O
+            checked_s, status = self._status(partition, policies)
+            if not status.exceeded:
+                return
+            if policies.backlog_quota_policy == EXCEPTION:
+                raise ProducerBlockedQuotaExceededException(
+                    f"{partition} is over its backlog quota ({status.describe()}); the policy is "
+                    f"{EXCEPTION}: consumers must acknowledge (or TTL or eviction free the backlog) before "
+                    "producers may send",
+                    topic=str(partition),
+                )
+            if policies.backlog_quota_policy == EVICTION:
+                evict_partition(self._broker, partition, now_ms=self._clock.now_ms(), dry_run=False)
+                with self._lock:
+                    self._cache.pop(partition, None)
+                return
+            now = time.monotonic()
+            give_up = None if deadline_s is None else deadline_s - _HOLD_MARGIN_S
+            if give_up is not None and now >= give_up:
+                raise ProducerBlockedQuotaExceededError(
+                    f"send to {partition} was held by the backlog quota ({status.describe()}) until the send "
+                    f"timeout ran out; the policy is {HOLD}: consumers must catch up",
+                    topic=str(partition),
+                )
+            if closed():
+                raise AlreadyClosed(f"the client closed while a send to {partition} was held by the quota")
+            wake = checked_s + self._cache_s
+            time.sleep(max(0.001, min(0.1, wake - now, (give_up - now) if give_up is not None else 0.1)))
+
+
+__all__ = [
+    "BacklogEviction",
+    "BacklogQuotaGuard",
+    "BacklogStatus",
+    "backlog_status",
+    "bytes_from",
+    "enforce_backlog_quota",
+    "evict_partition",
+    "measure",
+    "partition_status",
+]

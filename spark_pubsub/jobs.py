@@ -1,0 +1,388 @@
+"""Batch-reconcile jobs as Spark entry points (DESIGN.md section 7).
+
+Run a job with ``spark-submit spark_pubsub/jobs.py <command> ...`` or ``python -m spark_pubsub.jobs
+<command> ...``; ``main(argv)`` dispatches the subcommand and prints a JSON summary.  Each command is
+a thin driver over ``broker_core``: the core plans the work and commits the result (so a job is as
+safe to kill and to run beside producers and consumers as the library function it mirrors), Spark
+only spreads the heavy part over executors.
+
+Commands:
+
+- ``compact --root R --topic T [--up-to-offset N] [--dry-run] [--retain-null-key]``: topic
+  compaction (``broker_core/compaction.py``) with the latest-message-per-key reduction computed by
+  Spark, for topics too large for one process.  The resulting view is the same file format and is
+  committed on the driver through ``finish_compaction``, exactly like the local run.
+- ``retention``, ``ttl``, ``vacuum --root R (--topic T | --namespace NS) [--execute] ...``: the
+  library jobs (``broker_core/jobs``) spread over executors one internal topic per task, with the
+  same options as the ``pubsub`` command and, like it, dry runs unless ``--execute``.  The driver
+  resolves the internal topics and fixes "now", so every task decides by the same clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from broker_core.broker import Broker
+from broker_core.compacted_view import VIEW_SCHEMA
+from broker_core.compaction import (
+    CompactionPlan,
+    CompactionResult,
+    CompactionSummary,
+    CompactionTask,
+    compaction_tasks,
+    finish_compaction,
+    message_ends,
+    plan_compaction,
+    read_compaction_task,
+    up_to_date,
+)
+from broker_core.naming import TopicName
+from broker_core.segment import TIMESTAMP
+from broker_core.storage import file_io_for
+from broker_core.topic_log import TopicLog
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+_TIME_COLUMNS = ("publish_time", "event_time", "deliver_at")
+
+
+# -- compaction with Spark --------------------------------------------------------------------------
+
+
+def _spark_types() -> tuple[Any, Any, Any]:
+    """The Spark schemas of the compaction job: tasks, message ends, rows (times travel as int64 µs,
+    which sidesteps Spark's session time zone in Arrow batches)."""
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    spark_type = {"binary": BinaryType(), "string": StringType(), "int32": IntegerType(), "int64": LongType()}
+    def required(names: str, dtype: Any) -> list[Any]:
+        return [StructField(name, dtype, False) for name in names.split()]
+
+    tasks = StructType(required("topic_path kind path", StringType())
+                       + required("base_offset lo hi", LongType()))
+    ends = StructType(required("topic_path key", StringType()) + required("offset", LongType()))
+    fields = [StructField("topic_path", StringType(), False)]
+    for field in VIEW_SCHEMA:
+        if pa.types.is_map(field.type):
+            dtype: Any = MapType(StringType(), StringType(), True)
+        elif pa.types.is_timestamp(field.type):
+            dtype = LongType()
+        else:
+            dtype = spark_type[str(field.type)]
+        fields.append(StructField(field.name, dtype, True))
+    rows = StructType([*fields, StructField("msg_end", LongType(), True)])
+    return tasks, ends, rows
+
+
+def _task_reader(root: str, project: Callable[[pa.Table, str], pa.Table], schema: pa.Schema,
+                 columns: list[str] | None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function: each input row is a task, each output batch that task's rows."""
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        io = file_io_for(root, fsync=False)
+        for batch in batches:
+            for row in batch.to_pylist():
+                task = CompactionTask(kind=row["kind"], path=row["path"], base_offset=row["base_offset"],
+                                      lo=row["lo"], hi=row["hi"])
+                table = project(read_compaction_task(io, row["topic_path"], task, columns), row["topic_path"])
+                yield from table.cast(schema).to_batches()
+
+    return read
+
+
+def _ends(table: pa.Table, topic_path: str) -> pa.Table:
+    """(topic, key, offset) of the keyed rows that end a message: the candidates to win their key."""
+    ends = message_ends(table)
+    keep = pc.and_(pc.is_valid(table.column("key")), pc.equal(ends, table.column("offset")))
+    picked = table.filter(keep)
+    return pa.table({"topic_path": pa.array([topic_path] * picked.num_rows, pa.string()),
+                     "key": picked.column("key"), "offset": picked.column("offset")})
+
+
+def _rows(table: pa.Table, topic_path: str) -> pa.Table:
+    """Every row with its topic and message end, times as int64 µs."""
+    columns = [pa.array([topic_path] * table.num_rows, pa.string())]
+    for name in VIEW_SCHEMA.names:
+        column = table.column(name)
+        columns.append(column.cast(pa.int64()) if name in _TIME_COLUMNS else column)
+    columns.append(message_ends(table))
+    return pa.Table.from_arrays(columns, names=["topic_path", *VIEW_SCHEMA.names, "msg_end"])
+
+
+def _view_rows(table: pa.Table) -> pa.Table:
+    """Collected rows of one topic back to ``VIEW_SCHEMA`` (times from int64 µs)."""
+    columns = [table.column(n).cast(TIMESTAMP) if n in _TIME_COLUMNS else table.column(n)
+               for n in VIEW_SCHEMA.names]
+    return pa.Table.from_arrays(columns, names=VIEW_SCHEMA.names).cast(VIEW_SCHEMA)
+
+
+def latest_per_key_df(spark: SparkSession, root: str, tasks: list[tuple[str, CompactionTask]], *,
+                      retain_null_key: bool = False, parallelism: int | None = None) -> DataFrame:
+    """The compacted view's rows of every planned topic as a DataFrame (``topic_path`` + view columns).
+
+    Two scans of the input: the first reads only keys and chunk columns and finds each key's winning
+    message end (``max(offset)`` per topic and key, aggregated map-side, so only keys are shuffled);
+    the second keeps the rows of winning messages (a semi-join on the message end, which also keeps
+    every chunk of a chunked winner) and drops tombstones.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    task_schema, ends_schema, rows_schema = _spark_types()
+    task_rows = [(path, t.kind, t.path, t.base_offset, t.lo, t.hi) for path, t in tasks]
+    slices = max(1, min(len(task_rows), parallelism or spark.sparkContext.defaultParallelism * 4))
+    task_df = spark.createDataFrame(task_rows, task_schema).repartition(slices)
+    ends = task_df.mapInArrow(
+        _task_reader(root, _ends, to_arrow_schema(ends_schema), ["key", "chunk_id", "num_chunks", "offset"]),
+        ends_schema,
+    )
+    winners = ends.groupBy("topic_path", "key").agg(F.max("offset").alias("msg_end")).drop("key")
+    rows = task_df.mapInArrow(_task_reader(root, _rows, to_arrow_schema(rows_schema), None), rows_schema)
+    kept = (rows.where(F.col("key").isNotNull()).join(winners, ["topic_path", "msg_end"], "left_semi")
+            .where(F.col("value").isNotNull()))
+    if retain_null_key:
+        kept = kept.unionByName(rows.where(F.col("key").isNull()))
+    return kept.drop("msg_end")
+
+
+def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offset: int | None = None,
+                       dry_run: bool = False, retain_null_key: bool = False,
+                       parallelism: int | None = None) -> CompactionSummary:
+    """``broker_core.compaction.compact_topic`` with the reduction done by Spark.
+
+    The driver plans each internal topic (previous view + log slices up to the horizon), Spark reduces
+    all of them in one job, and the driver writes and commits each view.  The collected views must
+    fit in the driver's memory, as they must in a reader's.
+    """
+    started = time.monotonic()
+    broker = Broker.for_url(root)
+    name = TopicName.parse(topic)
+    plans: list[tuple[TopicLog, CompactionPlan]] = []
+    skipped: list[CompactionResult] = []
+    for partition in broker.partitions(name, auto_create=False):
+        log = broker.topic_log(partition, create=False)
+        if not log.exists():
+            continue
+        plan = plan_compaction(log, str(partition), up_to_offset=up_to_offset)
+        if plan is None:
+            skipped.append(up_to_date(log, str(partition)))
+        else:
+            plans.append((log, plan))
+    tasks = [(plan.topic_path, task) for _, plan in plans for task in compaction_tasks(plan)]
+    collected = pa.table({"topic_path": pa.array([], pa.string())})
+    if tasks:
+        collected = latest_per_key_df(spark, root, tasks, retain_null_key=retain_null_key,
+                                      parallelism=parallelism).toArrow()
+    results = list(skipped)
+    for log, plan in plans:
+        mine = collected.filter(pc.equal(collected.column("topic_path"), plan.topic_path))
+        view = _view_rows(mine) if mine.num_rows else VIEW_SCHEMA.empty_table()
+        read = sum(t.hi - t.lo for path, t in tasks if path == plan.topic_path and t.kind == "segment")
+        results.append(finish_compaction(log, plan, view, dry_run=dry_run, messages_read=read,
+                                         started_s=started))
+    return CompactionSummary(topic=str(name), results=tuple(sorted(results, key=lambda r: r.topic)))
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+@contextmanager
+def _spark_session(master: str | None, app_name: str) -> Iterator[SparkSession]:
+    """The active session (a ``spark-submit`` job's, or a caller's), else a new one stopped at the end."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        yield active
+        return
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    spark = builder.getOrCreate()
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
+def _run_compact(args: argparse.Namespace) -> int:
+    with _spark_session(args.master, "pubsub-compact") as spark:
+        summary = compact_with_spark(spark, args.root, args.topic, up_to_offset=args.up_to_offset,
+                                     dry_run=args.dry_run, retain_null_key=args.retain_null_key,
+                                     parallelism=args.parallelism)
+    print(json.dumps(summary.to_json()))
+    return 0
+
+
+# -- retention, TTL and vacuum: one internal topic per task ---------------------------------------
+
+
+def _job_result(broker: Broker, job: str, topic: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Run a library job on one internal topic; its result as JSON-able data."""
+    from broker_core.cli.common import plain
+    from broker_core.jobs import run_retention, run_ttl, vacuum
+
+    jobs: dict[str, Callable[..., Any]] = {"retention": run_retention, "ttl": run_ttl, "vacuum": vacuum}
+    summary = jobs[job](broker, TopicName.parse(topic), **options)
+    return dict(plain(summary.results[0]))
+
+
+def _partition_runner(root: str, job: str, options: dict[str, Any]
+                      ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function: each input row names an internal topic, each output row its result."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        broker = Broker.for_url(root)
+        for batch in batches:
+            topics = batch.column(0).to_pylist()
+            results = [json.dumps(_job_result(broker, job, t, options)) for t in topics]
+            yield pa.RecordBatch.from_arrays([pa.array(topics, pa.string()), pa.array(results, pa.string())],
+                                             names=["topic", "result"])
+
+    return run
+
+
+def _fail_fast(job: str, options: dict[str, Any]) -> None:
+    """Refuse on the driver what every task would refuse (the library checks again in each task)."""
+    from broker_core.jobs import RetentionLimits
+    from broker_core.jobs.progress import check_age
+
+    if job == "vacuum":
+        check_age(options["min_age_ms"], "--min-age", enforce=options.get("enforce_min_age", True))
+    minutes, mb = options.get("retention_time_in_minutes"), options.get("retention_size_in_mb")
+    if job == "retention" and minutes is not None and mb is not None:
+        RetentionLimits(time_in_minutes=minutes, size_in_mb=mb)
+
+
+def run_per_partition(spark: SparkSession, root: str, job: str, target: str | TopicName, *,
+                      options: dict[str, Any], parallelism: int | None = None) -> dict[str, Any]:
+    """Run ``retention``, ``ttl`` or ``vacuum`` on every internal topic of ``target`` (a ``TopicName``
+    or a ``tenant/namespace``), one Spark task per internal topic; a summary like ``pubsub --json``.
+
+    ``options`` are the library job's keyword arguments; ``now_ms`` is fixed here when absent.
+    """
+    from broker_core.errors import SubscriptionNotFound
+    from broker_core.jobs.progress import resolve_targets
+    from broker_core.jobs.retention import durable_cursors
+
+    started = time.monotonic()
+    broker = Broker.for_url(root)
+    name, partitions = resolve_targets(broker, target)
+    options = {"now_ms": time.time_ns() // 1_000_000, **options}
+    _fail_fast(job, options)
+    if options.get("subscription") is not None:  # only the internal topics that have it
+        partitions = [p for p in partitions if options["subscription"] in durable_cursors(broker, p)]
+        if not partitions:
+            raise SubscriptionNotFound(f"subscription {options['subscription']!r} does not exist on {name}",
+                                       subscription=options["subscription"])
+    rows: list[Any] = []
+    if partitions:
+        slices = max(1, min(len(partitions), parallelism or spark.sparkContext.defaultParallelism))
+        frame = spark.createDataFrame([(str(p),) for p in partitions], "topic string").repartition(slices)
+        runner = _partition_runner(root, job, options)
+        rows = frame.mapInArrow(runner, "topic string, result string").collect()
+    results = sorted((json.loads(row["result"]) for row in rows), key=lambda r: r["topic"])
+    return {"job": job, "target": name, "dryRun": options["dry_run"], "results": results,
+            "changed": any(r["changed"] for r in results), "elapsedMs": (time.monotonic() - started) * 1000}
+
+
+def _run_library_job(args: argparse.Namespace) -> int:
+    from broker_core.cli.common import time_ms
+
+    options: dict[str, Any] = {"dry_run": not args.execute}
+    if args.now is not None:
+        options["now_ms"] = time_ms(args.now, now_ms=time.time_ns() // 1_000_000)
+    if args.command == "retention":
+        options.update(retention_time_in_minutes=args.time, retention_size_in_mb=args.size)
+    elif args.command == "ttl":
+        options.update(subscription=args.subscription, ttl_seconds=args.ttl)
+    else:
+        options.update(min_age_ms=args.min_age, tombstone_retention_ms=args.tombstone_retention,
+                       max_producers=args.max_producers, enforce_min_age=not args.unsafe_short_age)
+    with _spark_session(args.master, f"pubsub-{args.command}") as spark:
+        target = TopicName.parse(args.topic) if args.topic else args.namespace
+        summary = run_per_partition(spark, args.root, args.command, target, options=options,
+                                    parallelism=args.parallelism)
+    print(json.dumps(summary))
+    return 0
+
+
+def _add_library_jobs(commands: Any) -> None:
+    """``retention``, ``ttl`` and ``vacuum``: the library jobs, one Spark task per internal topic."""
+    from broker_core.cli.common import count, duration_ms, megabytes, minutes, seconds
+
+    helps = {"retention": "retire acknowledged front segments per the retention policy",
+             "ttl": "acknowledge messages older than the message TTL",
+             "vacuum": "delete removed and orphan segment files"}
+    for job, text in helps.items():
+        parser = commands.add_parser(job, help=text, description=f"{text} (a dry run unless --execute)")
+        parser.add_argument("--root", required=True, help="the storage root (a folder or file:// URL)")
+        target = parser.add_mutually_exclusive_group(required=True)
+        target.add_argument("--topic", help="a topic (every partition)")
+        target.add_argument("--namespace", metavar="TENANT/NAMESPACE", help="every persistent topic of it")
+        parser.add_argument("--execute", action="store_true", help="apply the changes (default: a dry run)")
+        parser.add_argument("--now", help="evaluate as of this time (ISO 8601 or epoch ms)")
+        parser.add_argument("--parallelism", type=count, default=None, help="Spark tasks (default: cores)")
+        parser.set_defaults(run=_run_library_job)
+        if job == "retention":
+            parser.add_argument("--time", type=minutes, help="override retentionTimeInMinutes (3h, 7d; -1)")
+            parser.add_argument("--size", type=megabytes, help="override retentionSizeInMB (500M, 10G; -1)")
+        elif job == "ttl":
+            parser.add_argument("--subscription", help="only this subscription")
+            parser.add_argument("--ttl", type=seconds, help="override messageTTLInSeconds (0: off)")
+        else:
+            parser.add_argument("--min-age", type=duration_ms, required=True, help="files younger stay (7d)")
+            parser.add_argument("--tombstone-retention", type=duration_ms, default=None)
+            parser.add_argument("--max-producers", type=count, default=None)
+            parser.add_argument("--unsafe-short-age", action="store_true", help="allow ages under 1h")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI: one subcommand per job, each with ``run`` set to its driver function."""
+    parser = argparse.ArgumentParser(prog="spark_pubsub.jobs",
+                                     description="spark-pubsub batch-reconcile jobs on Spark")
+    parser.add_argument("--master", help="Spark master when no session is active (e.g. local[2])")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    compact = commands.add_parser("compact", help="topic compaction: the latest message per key")
+    compact.add_argument("--root", required=True, help="the storage root (a folder or file:// URL)")
+    compact.add_argument("--topic", required=True, help="topic; a partitioned topic compacts every partition")
+    compact.add_argument("--up-to-offset", type=int, default=None,
+                         help="the horizon (default: each partition's end offset when the job starts)")
+    compact.add_argument("--dry-run", action="store_true", help="compute and report, write nothing")
+    compact.add_argument("--retain-null-key", action="store_true",
+                         help="keep keyless messages (Pulsar's topicCompactionRetainNullKey)")
+    compact.add_argument("--parallelism", type=int, default=None,
+                         help="Spark tasks per scan (default: 4 per core)")
+    compact.set_defaults(run=_run_compact)
+    _add_library_jobs(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``), run the chosen job, return its exit status."""
+    args = build_parser().parse_args(argv)
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

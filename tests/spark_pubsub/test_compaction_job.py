@@ -1,0 +1,185 @@
+"""The Spark compaction job (``spark_pubsub/jobs.py compact``) and the source's ``readCompacted``.
+
+The job must produce exactly the view the local run produces (same rows, ids and file format), run
+incrementally, and work from the command line; a ``readCompacted`` read serves the view below the
+horizon and the log from it on, and a micro-batch keeps reading the view its offsets recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from source_job import Collector, make_root, run_available_now, source
+
+from broker_core import BrokerConfig, Client
+from broker_core.broker import Broker
+from broker_core.compacted_view import COMPACTED_DIR, decode_view, view_store
+from broker_core.compaction import compact_topic
+from broker_core.errors import InvalidConfiguration
+from broker_core.naming import TopicName
+from spark_pubsub.jobs import compact_with_spark, main
+from spark_pubsub.offsets import PartitionPlanner
+from spark_pubsub.options import SourceOptions, parse_options
+from spark_pubsub.scan_partition import ScanPartition, read_scan_partition
+
+Sent = tuple[str | None, bytes | None]
+
+
+def send(root: str, topic: str, messages: list[Sent], **config: Any) -> None:
+    client = Client(root, broker_config=BrokerConfig(fsync_enabled=False, **config) if config else None)
+    try:
+        producer = client.create_producer(topic, chunking_enabled=bool(config))
+        for key, value in messages:
+            producer.send(value, partition_key=key)
+        producer.close()
+    finally:
+        client.close()
+
+
+def views(root: str, topic: str) -> dict[str, pa.Table]:
+    """Each internal topic's current view file, as a table."""
+    broker = Broker.for_url(root)
+    out = {}
+    for partition in broker.partitions(TopicName.parse(topic), auto_create=False):
+        log = broker.topic_log(partition, create=False)
+        pointer = view_store(log.io, log.path).latest()
+        if pointer is not None:
+            out[str(partition)] = decode_view(log.io.open_input(f"{log.path}/{pointer.file}"))
+    return out
+
+
+def sync_log(src: str, dst: str) -> None:
+    """Make ``dst``'s topics hold exactly ``src``'s log (leaving each side's compacted views alone)."""
+    shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns(COMPACTED_DIR))
+
+
+def mixed(prefix: str, n: int) -> list[Sent]:
+    out: list[Sent] = []
+    for i in range(n):
+        key = None if i % 11 == 0 else f"k{i % 13}"
+        value = None if i % 7 == 3 else (b"" if i % 17 == 5 else f"{prefix}{i}".encode())
+        out.append((key, value))
+    return out
+
+
+@pytest.mark.parametrize("retain_null_key", [False, True])
+def test_the_spark_job_equals_the_local_run_also_incrementally(
+    spark: Any, tmp_path: Path, retain_null_key: bool
+) -> None:
+    local, remote = make_root(tmp_path / "local"), str(tmp_path / "spark")
+    Broker.for_url(local).admin.create_partitioned_topic("t", 2)
+    send(local, "t", mixed("a", 120))
+    send(
+        local,
+        "t",
+        [("big", bytes(range(256)) * 9), ("big", bytes(2600)), ("k1", b"late")],
+        max_message_size=1000,
+    )  # chunked messages: the newest "big" survives with all its chunks
+    sync_log(local, remote)
+    for _ in range(2):  # a first run, then an incremental one over new messages
+        compact_topic(Broker.for_url(local), "t", retain_null_key=retain_null_key)
+        summary = compact_with_spark(spark, remote, "t", retain_null_key=retain_null_key)
+        assert {r.status for r in summary.results} == {"compacted"}
+        expected, got = views(local, "t"), views(remote, "t")
+        assert sorted(got) == sorted(expected) and len(got) == 2
+        for name, table in expected.items():
+            assert got[name].equals(table), name
+        assert any(t.column("num_chunks").null_count < t.num_rows for t in got.values())
+        send(local, "t", mixed("b", 60))
+        sync_log(local, remote)
+    assert compact_with_spark(spark, remote, "t", up_to_offset=0).results[0].status == "up-to-date"
+
+
+def test_the_command_line_prints_a_summary(spark: Any, tmp_path: Path, capsys: Any) -> None:
+    root = make_root(tmp_path / "root")
+    send(root, "t", [("a", b"1"), ("a", b"2"), ("b", b"3")])
+    assert main(["compact", "--root", root, "--topic", "t", "--dry-run"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["partitions"][0]["status"] == "dry-run" and views(root, "t") == {}
+    assert main(["compact", "--root", root, "--topic", "t"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (report["rows"], report["messagesRead"], report["partitions"][0]["horizon"]) == (2, 3, 3)
+    assert views(root, "t")["persistent://public/default/t"].column("value").to_pylist() == [b"2", b"3"]
+    with pytest.raises(SystemExit):
+        main(["compact", "--root", root])  # --topic is required
+
+
+def test_a_read_compacted_batch_read(spark: Any, tmp_path: Path) -> None:
+    root = make_root(tmp_path / "root")
+    sent = mixed("a", 60)
+    send(root, "t", sent)
+    compact_topic(Broker.for_url(root), "t")
+    send(root, "t", [("k1", b"tail"), (None, b"keyless-tail")])
+    view = views(root, "t")["persistent://public/default/t"]
+    expected = list(zip(view.column("offset").to_pylist(), view.column("value").to_pylist(), strict=True))
+    expected += [(60, b"tail"), (61, b"keyless-tail")]
+    for extra in ({}, {"minPartitions": "3"}):
+        reader = spark.read.format("pubsub").option("topic", "t").option("readCompacted", "true")
+        for key, value in extra.items():
+            reader = reader.option(key, value)
+        rows = reader.load(root).select("offset", "value", "messageId").collect()
+        assert sorted((r.offset, r.value) for r in rows) == expected
+    plain = spark.read.format("pubsub").option("topic", "t").load(root)
+    assert plain.count() == 62
+
+
+def test_a_read_compacted_stream(spark: Any, tmp_path: Path) -> None:
+    root = make_root(tmp_path / "root")
+    send(root, "t", [("a", b"1"), ("b", b"2"), ("a", b"3")])
+    compact_topic(Broker.for_url(root), "t")
+    send(root, "t", [("b", b"4")])
+    got = Collector(("offset", "value"))
+    df = source(spark, root, topic="t", readCompacted="true", startingOffsets="earliest")
+    run_available_now(df, tmp_path / "ck", got)
+    assert sorted(got.rows) == [(1, b"2"), (2, b"3"), (3, b"4")]
+
+
+def planner_for(root: str, **options: str) -> PartitionPlanner:
+    values = {
+        "path": root,
+        "topic": "t",
+        "readcompacted": "true",
+        **{k.lower(): v for k, v in options.items()},
+    }
+    return PartitionPlanner(parse_options(SourceOptions, values))
+
+
+def scanned(partitions: list[ScanPartition]) -> list[tuple[int, bytes | None]]:
+    out = []
+    for partition in partitions:
+        for batch in read_scan_partition(partition):
+            out += list(
+                zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist(), strict=True)
+            )
+    return sorted(out)
+
+
+def test_a_micro_batch_keeps_reading_the_view_its_offsets_recorded(tmp_path: Path) -> None:
+    root = make_root(tmp_path / "root")
+    send(root, "t", [("a", b"1"), ("b", b"2"), ("a", b"3"), ("c", b"4")])
+    compact_topic(Broker.for_url(root), "t")
+    planner = planner_for(root)
+    start = {"v": 1, "parts": planner.earliest_positions()}
+    end = planner.advance(start, max_rows=None, max_bytes=None, min_rows=None, target=None)
+    assert end["compacted"]["persistent://public/default/t"][0] == 4
+    first = scanned(planner.plan(start, end))
+    assert first == [(1, b"2"), (2, b"3"), (3, b"4")]
+    send(root, "t", [("b", None), ("c", b"5")])
+    compact_topic(Broker.for_url(root), "t")  # a newer view: b and the old c are gone from it
+    assert scanned(planner.plan(start, end)) == first  # a replay reads what the batch read
+    fresh = planner.advance(start, max_rows=None, max_bytes=None, min_rows=None, target=None)
+    assert fresh["compacted"] != end["compacted"]
+    assert scanned(planner.plan(start, fresh)) == [(2, b"3"), (5, b"5")]
+
+
+def test_read_compacted_is_refused_for_shared_subscriptions(tmp_path: Path) -> None:
+    root = make_root(tmp_path / "root")
+    for subscription_type in ("Shared", "Key_Shared"):
+        with pytest.raises(InvalidConfiguration, match="readCompacted"):
+            planner_for(root, subscription="s", subscriptionType=subscription_type)
+    planner_for(root, subscription="s", subscriptionType="Failover")  # allowed, as in Pulsar

@@ -1,0 +1,86 @@
+"""An end-to-end job on ``local-cluster[2,1,1024]``: two executor JVMs with their own Python workers,
+so nothing the driver's reader holds in memory can reach the tasks except through what it pickles
+(the scan partitions) and what it commits to storage (cursors).
+
+The job runs in a subprocess (``source_job.py cluster``) because the test session's SparkSession is a
+``local[2]`` one and a process has one SparkContext.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyspark
+import pytest
+from source_job import make_root, names
+
+from broker_core.broker import Broker
+
+HERE = Path(__file__).resolve().parent
+MASTER = "local-cluster[2,1,1024]"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_end_to_end_on_a_local_cluster(tmp_path: Path) -> None:
+    spark_home = Path(pyspark.__file__).parent  # pip's pyspark ships bin/ and jars/ here
+    if not (spark_home / "bin" / "spark-class").exists():
+        pytest.skip(f"local-cluster needs Spark's launch scripts; {spark_home}/bin/spark-class is missing")
+    root = make_root(tmp_path / "root")
+    out = tmp_path / "report.json"
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_HOME=str(spark_home),
+    )
+    log = tmp_path / "job.log"
+    with open(log, "wb") as fh:
+        try:
+            proc = subprocess.run(
+                [sys.executable, str(HERE / "source_job.py"), "cluster", root, str(out), MASTER],
+                env=env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                timeout=780,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"the local-cluster job did not finish in 13 minutes on this machine; see {log}")
+    text = log.read_text(errors="replace")
+    if proc.returncode != 0 and any(
+        sign in text
+        for sign in ("Failed to launch", "Cannot find SPARK_HOME", "ExecutorRunner: Error running executor")
+    ):
+        pytest.skip(f"local-cluster cannot start executors here: {text[-1500:]}")
+    assert proc.returncode == 0, text[-5000:]
+    report = json.loads(out.read_text())
+    if "skip" in report:
+        pytest.skip(f"local-cluster did not come up: {report['skip']}")
+    print(
+        f"\nlocal-cluster: {report['executors']} executors, task processes {report['task_pids']}, "
+        f"driver {report['driver_pid']}, stream batches {report['stream_batches']}, "
+        f"sink {'not present' if report['sink'] is None else 'checked'}"
+    )
+
+    expected = sorted(names("lc", 2000))
+    assert report["master"] == MASTER and report["executors"] == 2
+    # bounded read: the rows were produced by broker_core and read inside executor processes
+    assert report["batch_values"] == expected
+    assert report["task_pids"] and report["driver_pid"] not in report["task_pids"]
+    assert report["batch_partitions"] == 4 and report["max_tasks_per_key"] == 1
+    # subscription stream: the driver claimed and acknowledged, executors read exactly the claims
+    assert report["stream_values"] == expected
+    assert sum(report["stream_batches"]) == 2000 and max(report["stream_batches"]) <= 700
+    broker = Broker.for_url(root)
+    for part in broker.partitions("lc"):
+        _, cursor = broker.cursor_store(part, "lc-sub").load()
+        assert cursor is not None
+        assert cursor.mark_delete == broker.topic_log(part).snapshot().next_offset
+        assert not any(cursor.claims.values())
+    if report["sink"] is not None:  # spark_pubsub/sink.py exists: what went through it came back
+        assert report["sink"] == expected, report["sink"]
