@@ -9,6 +9,7 @@ from broker_core.admin import Admin
 from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client import BatchingType, Client, Producer, Reader
 from broker_core.client.consumer import Consumer
+from broker_core.client.table_view import TableView
 from broker_core.client.policies import (
     ConsumerBatchReceivePolicy,
     ConsumerDeadLetterPolicy,
@@ -57,6 +58,7 @@ __all__ = sorted(
         "Reader",
         "Schema",
         "StringSchema",
+        "TableView",
         "TopicName",
         "load_broker_config",
         *_error_names,
