@@ -14,6 +14,7 @@ topic directory.  ``public`` and ``public/default`` exist on every root, as in P
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -227,10 +228,8 @@ class Admin:
         if name.domain != TopicDomain.PERSISTENT:
             return [name]
         if self.config.allow_auto_topic_creation_type == "partitioned" and not name.is_partition:
-            try:
+            with contextlib.suppress(AlreadyExists):
                 self.create_partitioned_topic(name, self.config.default_num_partitions)
-            except AlreadyExists:
-                pass
             return self.topic_partitions(name, auto_create=False)
         return [name]
 

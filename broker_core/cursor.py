@@ -167,13 +167,13 @@ class Cursor:
                 f"{next(iter(self.consumers))!r}",
                 subscription=self.subscription,
             )
-        if sub_type == ConsumerType.KeyShared and self.consumers and key_shared and self.key_shared:
-            if key_shared.get("mode") != self.key_shared.get("mode"):
-                raise ConsumerBusy(
-                    f"Key_Shared subscription {self.subscription!r} uses mode {self.key_shared.get('mode')}; "
-                    f"a consumer with mode {key_shared.get('mode')} cannot join",
-                    subscription=self.subscription,
-                )
+        mode_clash = bool(key_shared and self.key_shared) and key_shared.get("mode") != self.key_shared.get("mode")
+        if sub_type == ConsumerType.KeyShared and self.consumers and mode_clash:
+            raise ConsumerBusy(
+                f"Key_Shared subscription {self.subscription!r} uses mode {self.key_shared.get('mode')}; "
+                f"a consumer with mode {(key_shared or {}).get('mode')} cannot join",
+                subscription=self.subscription,
+            )
         if not self.consumers:
             self.sub_type = sub_type
             if key_shared is not None:

@@ -53,8 +53,9 @@ def cursor_selector(cursor: Cursor, now_ms: int) -> tuple[Any, list[str]]:
     """
     live = sorted(cursor.live_consumers(now_ms).values(), key=lambda c: c.join_order)
     consumers = [
-        KeySharedConsumer(name=c.name, join_order=c.join_order,
-                          sticky_ranges=tuple((int(r[0]), int(r[1])) for r in c.sticky_ranges))
+        KeySharedConsumer(
+            name=c.name, join_order=c.join_order, sticky_ranges=tuple((int(r[0]), int(r[1])) for r in c.sticky_ranges)
+        )
         for c in live
     ]
     mode = KeySharedMode[cursor.key_shared.get("mode", "AutoSplit")]
@@ -104,9 +105,7 @@ def _with_chunks(window: Window, chosen: np.ndarray) -> np.ndarray:
     return out
 
 
-def shared_candidates(
-    cursor: Cursor, window: Window, *, now_ms: int, delayed_enabled: bool, limit: int
-) -> np.ndarray:
+def shared_candidates(cursor: Cursor, window: Window, *, now_ms: int, delayed_enabled: bool, limit: int) -> np.ndarray:
     """Offsets a Shared consumer may claim: unacked, unclaimed, due; oldest first."""
     owners, _ = claim_owners(cursor, window.offsets)
     free = ~cursor.is_acked(window.offsets) & (owners < 0) & ~window.continuation & _whole(window)
@@ -160,7 +159,9 @@ def key_shared_candidates(
     return window.offsets[_with_chunks(window, chosen)]
 
 
-def draining_hashes(cursor: Cursor, window: Window, hash_owner: np.ndarray, owner_names: list[str]) -> dict[str, list[int]]:
+def draining_hashes(
+    cursor: Cursor, window: Window, hash_owner: np.ndarray, owner_names: list[str]
+) -> dict[str, list[int]]:
     """Per consumer, the hash slots it still holds claims on although they now belong to another."""
     claim_owner, claim_names = claim_owners(cursor, window.offsets)
     out: dict[str, list[int]] = {}

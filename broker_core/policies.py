@@ -118,7 +118,9 @@ class PolicyStore:
 
     def _topic_state(self, topic: TopicName) -> VersionedState:
         base = topic.partitioned_topic_name
-        return VersionedState(self.io, f"{base.tenant}/{base.namespace}/{base.domain.value}/_policies/{base.local_name}")
+        return VersionedState(
+            self.io, f"{base.tenant}/{base.namespace}/{base.domain.value}/_policies/{base.local_name}"
+        )
 
     def namespace_policies(self, namespace: str | NamespaceName) -> Policies:
         ns = namespace if isinstance(namespace, NamespaceName) else NamespaceName.parse(namespace)

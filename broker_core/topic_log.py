@@ -146,8 +146,13 @@ class TopicLog:
     ) -> None:
         self.io = io
         self.path = path
-        self.log = TransactionLog(io, path, checkpoint_interval=checkpoint_interval, max_retries=max_retries,
-                                  background_checkpoints=background_checkpoints)
+        self.log = TransactionLog(
+            io,
+            path,
+            checkpoint_interval=checkpoint_interval,
+            max_retries=max_retries,
+            background_checkpoints=background_checkpoints,
+        )
         self._waiters: set[threading.Event] = set()
         self._waiters_lock = threading.Lock()
         self._cache: OrderedDict[str, pa.Table] = OrderedDict()
@@ -294,8 +299,12 @@ class TopicLog:
                 continue
             except NothingToCommit:
                 self._discard(seg_path)
-                return AppendResult(version=None, segment=None, kept=np.zeros(table.num_rows, dtype=bool),
-                                    skipped_by_txn=txn is not None)
+                return AppendResult(
+                    version=None,
+                    segment=None,
+                    kept=np.zeros(table.num_rows, dtype=bool),
+                    skipped_by_txn=txn is not None,
+                )
             except BaseException:
                 self._discard(seg_path)
                 raise
@@ -314,8 +323,13 @@ class TopicLog:
         self.io.write_new(f"{self.path}/{path}", data)
         publish = pc.min_max(table.column("publish_time").cast(pa.int64()))
         lo, hi = publish["min"].as_py(), publish["max"].as_py()
-        return StagedSegment(path=path, size_bytes=len(data), num_records=table.num_rows,
-                             min_publish_ms=(lo or 0) // 1000, max_publish_ms=(hi or 0) // 1000)
+        return StagedSegment(
+            path=path,
+            size_bytes=len(data),
+            num_records=table.num_rows,
+            min_publish_ms=(lo or 0) // 1000,
+            max_publish_ms=(hi or 0) // 1000,
+        )
 
     def commit_staged(
         self, staged: list[StagedSegment], *, txn: tuple[str, int] | None = None, operation: str = "WRITE"
@@ -337,12 +351,27 @@ class TopicLog:
             actions: list[Action] = []
             offset, entry = snap.next_offset, snap.next_entry_id
             for seg in staged:
-                ref = SegmentRef(path=seg.path, base_offset=offset, num_records=seg.num_records,
-                                 base_entry_id=entry, layout=[seg.num_records], size_bytes=seg.size_bytes,
-                                 min_publish_ms=seg.min_publish_ms, max_publish_ms=seg.max_publish_ms,
-                                 modification_time_ms=now_ms)
-                actions.append(Add(path=seg.path, size=seg.size_bytes, modificationTime=now_ms, dataChange=True,
-                                   stats=f'{{"numRecords":{seg.num_records}}}', tags=ref.tags()))
+                ref = SegmentRef(
+                    path=seg.path,
+                    base_offset=offset,
+                    num_records=seg.num_records,
+                    base_entry_id=entry,
+                    layout=[seg.num_records],
+                    size_bytes=seg.size_bytes,
+                    min_publish_ms=seg.min_publish_ms,
+                    max_publish_ms=seg.max_publish_ms,
+                    modification_time_ms=now_ms,
+                )
+                actions.append(
+                    Add(
+                        path=seg.path,
+                        size=seg.size_bytes,
+                        modificationTime=now_ms,
+                        dataChange=True,
+                        stats=f'{{"numRecords":{seg.num_records}}}',
+                        tags=ref.tags(),
+                    )
+                )
                 offset, entry = ref.end_offset, ref.end_entry_id
             if txn is not None:
                 actions.append(Txn(appId=txn[0], version=txn[1], lastUpdated=now_ms))
@@ -425,7 +454,9 @@ class TopicLog:
         table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
         return table, np.concatenate(offsets)
 
-    def ids_for_offsets(self, offsets: np.ndarray, *, snapshot: Snapshot | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def ids_for_offsets(
+        self, offsets: np.ndarray, *, snapshot: Snapshot | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Entry ids and batch indexes for (sorted, live) offsets, vectorised per segment."""
         snap = snapshot or self.log.cached_snapshot()
         entries = np.empty(len(offsets), dtype=np.int64)
@@ -453,7 +484,11 @@ class TopicLog:
         if msg_id == MessageId.earliest or msg_id.ledger_id() < snap.ledger_id:
             return snap.first_offset
         if msg_id.ledger_id() > snap.ledger_id or msg_id.entry_id() >= snap.next_entry_id:
-            if inclusive and msg_id.ledger_id() == MessageId.latest.ledger_id() and snap.next_offset > snap.first_offset:
+            if (
+                inclusive
+                and msg_id.ledger_id() == MessageId.latest.ledger_id()
+                and snap.next_offset > snap.first_offset
+            ):
                 return snap.next_offset - 1
             return snap.next_offset
         seg = snap.segment_for_entry(msg_id.entry_id())
@@ -501,11 +536,13 @@ def _producer_txns(rows: pa.Table, now_ms: int) -> list[Action]:
     names = rows.column("producer_name")
     if names.null_count == rows.num_rows:
         return []
-    grouped = rows.select(["producer_name", "sequence_id"]).group_by("producer_name").aggregate(
-        [("sequence_id", "max")]
+    grouped = (
+        rows.select(["producer_name", "sequence_id"]).group_by("producer_name").aggregate([("sequence_id", "max")])
     )
     out: list[Action] = []
-    for name, seq in zip(grouped.column("producer_name").to_pylist(), grouped.column("sequence_id_max").to_pylist(), strict=True):
+    for name, seq in zip(
+        grouped.column("producer_name").to_pylist(), grouped.column("sequence_id_max").to_pylist(), strict=True
+    ):
         if name is not None and seq is not None:
             out.append(Txn(appId=name, version=seq, lastUpdated=now_ms))
     return out

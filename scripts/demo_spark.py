@@ -8,6 +8,7 @@ queries on one Key_Shared subscription and shows that each user's events went to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -40,10 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     from broker_core.admin import Admin
 
     topic = "persistent://public/default/clicks"
-    try:
+    with contextlib.suppress(AlreadyExists):
         Admin.open(root).create_partitioned_topic(topic, 2)
-    except AlreadyExists:
-        pass
 
     spark = (SparkSession.builder.master("local[2]").appName("spark-pubsub-demo")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

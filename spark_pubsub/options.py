@@ -34,8 +34,10 @@ class _Options(BaseModel):
     @model_validator(mode="after")
     def _needs_root(self) -> _Options:
         if not (self.service_url or self.path):
-            raise ValueError("serviceUrl: the storage root is required: .option('serviceUrl', '/path/to/root') "
-                             "or .load('/path/to/root')")
+            raise ValueError(
+                "serviceUrl: the storage root is required: .option('serviceUrl', '/path/to/root') "
+                "or .load('/path/to/root')"
+            )
         return self
 
 
@@ -48,24 +50,29 @@ class SourceOptions(_Options):
     ending_offsets: str | None = Field(None, alias="endingoffsets", title="endingOffsets")
     starting_timestamp: int | None = Field(None, alias="startingtimestamp", title="startingTimestamp", ge=0)
     ending_timestamp: int | None = Field(None, alias="endingtimestamp", title="endingTimestamp", ge=0)
-    max_messages_per_trigger: int | None = Field(None, alias="maxmessagespertrigger", title="maxMessagesPerTrigger", gt=0)
+    max_messages_per_trigger: int | None = Field(
+        None, alias="maxmessagespertrigger", title="maxMessagesPerTrigger", gt=0
+    )
     max_bytes_per_trigger: int | None = Field(None, alias="maxbytespertrigger", title="maxBytesPerTrigger", gt=0)
-    min_messages_per_trigger: int | None = Field(None, alias="minmessagespertrigger", title="minMessagesPerTrigger", gt=0)
+    min_messages_per_trigger: int | None = Field(
+        None, alias="minmessagespertrigger", title="minMessagesPerTrigger", gt=0
+    )
     max_trigger_delay: str = Field("15m", alias="maxtriggerdelay", title="maxTriggerDelay")
     fail_on_data_loss: bool = Field(True, alias="failondataloss", title="failOnDataLoss")
     min_partitions: int | None = Field(None, alias="minpartitions", title="minPartitions", gt=0)
     read_compacted: bool = Field(False, alias="readcompacted", title="readCompacted")
     subscription: str | None = Field(None, alias="subscription", title="subscription")
     subscription_type: Literal["Exclusive", "Failover", "Shared", "Key_Shared"] = Field(
-        "Exclusive", alias="subscriptiontype", title="subscriptionType")
+        "Exclusive", alias="subscriptiontype", title="subscriptionType"
+    )
     consumer_name: str | None = Field(None, alias="consumername", title="consumerName")
     priority_level: int = Field(0, alias="prioritylevel", title="priorityLevel", ge=0)
     subscription_initial_position: Literal["Earliest", "Latest"] = Field(
-        "Latest", alias="subscriptioninitialposition", title="subscriptionInitialPosition")
+        "Latest", alias="subscriptioninitialposition", title="subscriptionInitialPosition"
+    )
     key_shared_mode: Literal["AutoSplit", "Sticky"] = Field("AutoSplit", alias="keysharedmode", title="keySharedMode")
     sticky_ranges: str | None = Field(None, alias="stickyranges", title="stickyRanges")
-    allow_out_of_order_delivery: bool = Field(False, alias="allowoutoforderdelivery",
-                                              title="allowOutOfOrderDelivery")
+    allow_out_of_order_delivery: bool = Field(False, alias="allowoutoforderdelivery", title="allowOutOfOrderDelivery")
     lease_renew_ms: int | None = Field(None, alias="leaserenewms", title="leaseRenewMs", gt=0)
     retry_enable: bool = Field(False, alias="retryenable", title="retryEnable")
 
@@ -73,8 +80,13 @@ class SourceOptions(_Options):
     @classmethod
     def _normalise_type(cls, value: Any) -> Any:
         if isinstance(value, str):
-            canonical = {"exclusive": "Exclusive", "failover": "Failover", "shared": "Shared",
-                         "key_shared": "Key_Shared", "keyshared": "Key_Shared"}
+            canonical = {
+                "exclusive": "Exclusive",
+                "failover": "Failover",
+                "shared": "Shared",
+                "key_shared": "Key_Shared",
+                "keyshared": "Key_Shared",
+            }
             return canonical.get(value.lower(), value)
         return value
 
@@ -89,8 +101,9 @@ class SourceOptions(_Options):
 
     @model_validator(mode="after")
     def _one_topic_form(self) -> SourceOptions:
-        given = [n for n, v in (("topic", self.topic), ("topics", self.topics), ("topicsPattern", self.topics_pattern))
-                 if v]
+        given = [
+            n for n, v in (("topic", self.topic), ("topics", self.topics), ("topicsPattern", self.topics_pattern)) if v
+        ]
         if len(given) != 1:
             raise ValueError(
                 "topic: give exactly one of the options topic, topics (comma-separated) or topicsPattern, "
@@ -107,9 +120,12 @@ class SourceOptions(_Options):
         _ = self.sticky_range_list
         _ = self.max_trigger_delay_ms
         if self.subscription is None:
-            for name, value in (("subscriptionType", self.subscription_type != "Exclusive"),
-                                ("retryEnable", self.retry_enable),
-                                ("consumerName", self.consumer_name), ("stickyRanges", self.sticky_ranges)):
+            for name, value in (
+                ("subscriptionType", self.subscription_type != "Exclusive"),
+                ("retryEnable", self.retry_enable),
+                ("consumerName", self.consumer_name),
+                ("stickyRanges", self.sticky_ranges),
+            ):
                 if value:
                     raise ValueError(f"{name}: only applies together with the subscription option")
         return self
@@ -143,11 +159,14 @@ class SinkOptions(_Options):
     """Options of ``df.writeStream.format("pubsub")`` and ``df.write.format("pubsub")``."""
 
     routing_mode: Literal["RoundRobinPartition", "SinglePartition"] = Field(
-        "RoundRobinPartition", alias="routingmode", title="routingMode")
+        "RoundRobinPartition", alias="routingmode", title="routingMode"
+    )
     hashing_scheme: Literal["JavaStringHash", "Murmur3_32Hash"] = Field(
-        "JavaStringHash", alias="hashingscheme", title="hashingScheme")
+        "JavaStringHash", alias="hashingscheme", title="hashingScheme"
+    )
     compression_type: Literal["NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"] = Field(
-        "NONE", alias="compressiontype", title="compressionType")
+        "NONE", alias="compressiontype", title="compressionType"
+    )
     sink_id: str | None = Field(None, alias="sinkid", title="sinkId")
     producer_name: str | None = Field(None, alias="producername", title="producerName")
     checkpoint_location: str | None = Field(None, alias="checkpointlocation", title="checkpointLocation")

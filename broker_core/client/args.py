@@ -19,10 +19,7 @@ def _names(expected: type | tuple[type, ...]) -> str:
 def check_type(expected: type | tuple[type, ...], value: Any, name: str) -> Any:
     """Return ``value`` if it is an instance of ``expected`` (a bool never counts as an int)."""
     types = expected if isinstance(expected, tuple) else (expected,)
-    if isinstance(value, bool) and bool not in types:
-        ok = False
-    else:
-        ok = isinstance(value, types)
+    ok = False if isinstance(value, bool) and bool not in types else isinstance(value, types)
     if not ok:
         raise InvalidConfiguration(
             f"argument {name!r} must be {_names(expected)}, got {type(value).__name__} {value!r}",

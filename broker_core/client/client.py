@@ -16,9 +16,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.broker import Broker
 from broker_core.client.args import check_positive, check_str_map, check_type, check_type_or_none
-from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.consumer import Consumer
 from broker_core.client.non_persistent import create_non_persistent_producer, create_non_persistent_reader
 from broker_core.client.policies import (
@@ -138,8 +138,7 @@ class Client:
         name = TopicName.parse(topic)
         if not name.is_persistent:
             raise OperationNotSupported(
-                f"{name} is non-persistent: non-persistent topics arrive with subscriptions; "
-                "use a persistent:// topic",
+                f"{name} is non-persistent: non-persistent topics arrive with subscriptions; use a persistent:// topic",
                 topic=str(name),
             )
         return name, self._broker.partitions(name)
@@ -201,13 +200,13 @@ class Client:
         props = check_str_map(properties, "properties")
         check_type(int, batching_type, "batching_type")
         if batching_type not in (BatchingType.Default, BatchingType.KeyBased):
-            raise InvalidConfiguration(f"argument 'batching_type' must be BatchingType.Default or KeyBased, got {batching_type!r}")
+            raise InvalidConfiguration(
+                f"argument 'batching_type' must be BatchingType.Default or KeyBased, got {batching_type!r}"
+            )
         check_type(ProducerAccessMode, access_mode, "access_mode")
         check_type(HashingScheme, hashing_scheme, "hashing_scheme")
         if encryption_key is not None or crypto_key_reader is not None:
-            raise OperationNotSupported(
-                "end-to-end encryption is not supported; encrypt payloads in the application"
-            )
+            raise OperationNotSupported("end-to-end encryption is not supported; encrypt payloads in the application")
         if message_router is not None and not callable(message_router):
             raise InvalidConfiguration(f"argument 'message_router' must be callable, got {message_router!r}")
         if batching_enabled and chunking_enabled:
@@ -219,10 +218,17 @@ class Client:
             )
         if not TopicName.parse(check_type(str, topic, "topic")).is_persistent:  # docs/NON_PERSISTENT.md
             return create_non_persistent_producer(  # type: ignore[return-value]  # Producer's methods
-                self, topic, producer_name=producer_name, schema=schema,
-                initial_sequence_id=initial_sequence_id, chunking_enabled=chunking_enabled,
-                message_routing_mode=message_routing_mode, message_router=message_router,
-                hashing_scheme=hashing_scheme, access_mode=access_mode, properties=props,
+                self,
+                topic,
+                producer_name=producer_name,
+                schema=schema,
+                initial_sequence_id=initial_sequence_id,
+                chunking_enabled=chunking_enabled,
+                message_routing_mode=message_routing_mode,
+                message_router=message_router,
+                hashing_scheme=hashing_scheme,
+                access_mode=access_mode,
+                properties=props,
             )
         name, partitions = self._resolve(topic)
         router: MessageRouter | None = None
@@ -236,20 +242,33 @@ class Client:
                 raise InvalidConfiguration("message_routing_mode=CustomPartition needs a message_router function")
             else:
                 router = RoundRobinRouter(
-                    count, scheme=hashing_scheme, batching_enabled=batching_enabled,
-                    partition_switch_ms=max(1, batching_max_publish_delay_ms), clock=self._clock,
+                    count,
+                    scheme=hashing_scheme,
+                    batching_enabled=batching_enabled,
+                    partition_switch_ms=max(1, batching_max_publish_delay_ms),
+                    clock=self._clock,
                 )
         producer = Producer(
-            self, name, partitions,
+            self,
+            name,
+            partitions,
             producer_name=producer_name or f"pubsub-{os.getpid()}-{next(_NAME_COUNTER)}-{uuid.uuid4().hex[:6]}",
-            schema=schema, initial_sequence_id=initial_sequence_id, send_timeout_millis=send_timeout_millis,
-            compression_type=compression_type, max_pending_messages=max_pending_messages,
+            schema=schema,
+            initial_sequence_id=initial_sequence_id,
+            send_timeout_millis=send_timeout_millis,
+            compression_type=compression_type,
+            max_pending_messages=max_pending_messages,
             max_pending_messages_across_partitions=max_pending_messages_across_partitions,
-            block_if_queue_full=block_if_queue_full, batching_enabled=batching_enabled,
+            block_if_queue_full=block_if_queue_full,
+            batching_enabled=batching_enabled,
             batching_max_messages=batching_max_messages,
             batching_max_allowed_size_in_bytes=batching_max_allowed_size_in_bytes,
-            batching_max_publish_delay_ms=batching_max_publish_delay_ms, chunking_enabled=chunking_enabled,
-            router=router, batching_type=batching_type, access_mode=access_mode, properties=props,
+            batching_max_publish_delay_ms=batching_max_publish_delay_ms,
+            chunking_enabled=chunking_enabled,
+            router=router,
+            batching_type=batching_type,
+            access_mode=access_mode,
+            properties=props,
         )
         with self._lock:
             self._handles.add(producer)
@@ -286,18 +305,31 @@ class Client:
             if is_read_compacted:
                 raise InvalidConfiguration(
                     f"is_read_compacted=True can only be used with persistent topics; {topic} is "
-                    "non-persistent and is never compacted", argument="is_read_compacted",
+                    "non-persistent and is never compacted",
+                    argument="is_read_compacted",
                 )
             return create_non_persistent_reader(  # type: ignore[return-value]  # Reader's methods
-                self, topic, start_message_id=start_message_id, receiver_queue_size=receiver_queue_size,
-                reader_name=reader_name, schema=schema, reader_listener=reader_listener,
+                self,
+                topic,
+                start_message_id=start_message_id,
+                receiver_queue_size=receiver_queue_size,
+                reader_name=reader_name,
+                schema=schema,
+                reader_listener=reader_listener,
             )
         name, partitions = self._resolve(topic)
         reader = Reader(
-            self, name, partitions, start_message_id=start_message_id,
-            start_message_id_inclusive=start_message_id_inclusive, receiver_queue_size=receiver_queue_size,
-            reader_name=reader_name or f"reader-{uuid.uuid4().hex[:10]}", schema=schema,
-            reader_listener=reader_listener, poll_interval_ms=self._poll_ms, read_compacted=is_read_compacted,
+            self,
+            name,
+            partitions,
+            start_message_id=start_message_id,
+            start_message_id_inclusive=start_message_id_inclusive,
+            receiver_queue_size=receiver_queue_size,
+            reader_name=reader_name or f"reader-{uuid.uuid4().hex[:10]}",
+            schema=schema,
+            reader_listener=reader_listener,
+            poll_interval_ms=self._poll_ms,
+            read_compacted=is_read_compacted,
         )
         with self._lock:
             self._handles.add(reader)
@@ -315,8 +347,9 @@ class Client:
         check_type(str, topic, "topic")
         check_type_or_none(str, subscription_name, "subscription_name")
         schema = BytesSchema() if schema is None else check_type(Schema, schema, "schema")
-        view = TableView(self, topic, subscription_name=subscription_name, schema=schema,
-                         poll_interval_ms=self._poll_ms)
+        view = TableView(
+            self, topic, subscription_name=subscription_name, schema=schema, poll_interval_ms=self._poll_ms
+        )
         with self._lock:
             self._handles.add(view)
         return view
@@ -363,8 +396,9 @@ class Client:
         on: every message of a batch has an offset of its own.
         """
         self._check_open()
-        check_positive(max_total_receiver_queue_size_across_partitions,
-                       "max_total_receiver_queue_size_across_partitions")
+        check_positive(
+            max_total_receiver_queue_size_across_partitions, "max_total_receiver_queue_size_across_partitions"
+        )
         check_positive(broker_consumer_stats_cache_time_ms, "broker_consumer_stats_cache_time_ms", allow_zero=True)
         check_type(bool, replicate_subscription_state_enabled, "replicate_subscription_state_enabled")
         check_positive(max_pending_chunked_message, "max_pending_chunked_message")
@@ -373,15 +407,28 @@ class Client:
         if crypto_key_reader is not None:
             raise OperationNotSupported("end-to-end encryption is not supported")
         consumer = subscribe(
-            self, topic, subscription_name, consumer_type=consumer_type, schema=schema,
-            message_listener=message_listener, receiver_queue_size=receiver_queue_size,
-            consumer_name=consumer_name, unacked_messages_timeout_ms=unacked_messages_timeout_ms,
-            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms, is_read_compacted=is_read_compacted,
-            properties=properties, pattern_auto_discovery_period=pattern_auto_discovery_period,
-            initial_position=initial_position, start_message_id_inclusive=start_message_id_inclusive,
-            batch_receive_policy=batch_receive_policy, key_shared_policy=key_shared_policy,
-            regex_subscription_mode=regex_subscription_mode, dead_letter_policy=dead_letter_policy,
-            priority_level=priority_level, retry_enable=retry_enable, subscription_mode=subscription_mode,
+            self,
+            topic,
+            subscription_name,
+            consumer_type=consumer_type,
+            schema=schema,
+            message_listener=message_listener,
+            receiver_queue_size=receiver_queue_size,
+            consumer_name=consumer_name,
+            unacked_messages_timeout_ms=unacked_messages_timeout_ms,
+            negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms,
+            is_read_compacted=is_read_compacted,
+            properties=properties,
+            pattern_auto_discovery_period=pattern_auto_discovery_period,
+            initial_position=initial_position,
+            start_message_id_inclusive=start_message_id_inclusive,
+            batch_receive_policy=batch_receive_policy,
+            key_shared_policy=key_shared_policy,
+            regex_subscription_mode=regex_subscription_mode,
+            dead_letter_policy=dead_letter_policy,
+            priority_level=priority_level,
+            retry_enable=retry_enable,
+            subscription_mode=subscription_mode,
             negative_ack_backoff=negative_ack_backoff,
         )
         with self._lock:

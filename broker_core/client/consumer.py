@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -85,9 +85,14 @@ class Consumer:
         config = client._broker.config
         self._lease_ms = config.consumer_lease_ms
         self._delayed = config.delayed_delivery_enabled and consumer_type in (
-            ConsumerType.Shared, ConsumerType.KeyShared)
-        self._tick_ms = 10 if config.is_delayed_delivery_deliver_at_time_strict else min(
-            config.delayed_delivery_tick_time_millis, 1000)
+            ConsumerType.Shared,
+            ConsumerType.KeyShared,
+        )
+        self._tick_ms = (
+            10
+            if config.is_delayed_delivery_deliver_at_time_strict
+            else min(config.delayed_delivery_tick_time_millis, 1000)
+        )
         self._poll_s = client._poll_ms / 1000
         self._ack_group_s = 0.1
         self._clock = client._clock
@@ -113,8 +118,9 @@ class Consumer:
         self._thread.start()
         self._listener_thread: threading.Thread | None = None
         if message_listener is not None:
-            self._listener_thread = threading.Thread(target=self._listen, name=f"pubsub-listener-{consumer_name}",
-                                                     daemon=True)
+            self._listener_thread = threading.Thread(
+                target=self._listen, name=f"pubsub-listener-{consumer_name}", daemon=True
+            )
             self._listener_thread.start()
 
     def _attach(self, part: SubscriptionPart) -> None:
@@ -162,8 +168,9 @@ class Consumer:
                     return self._take()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise Timeout(f"no message on {self._topic_label} within {timeout_millis} ms",
-                                  topic=self._topic_label)
+                    raise Timeout(
+                        f"no message on {self._topic_label} within {timeout_millis} ms", topic=self._topic_label
+                    )
                 self._cv.wait(timeout=remaining)
 
     def batch_receive(self) -> list[Message]:
@@ -182,14 +189,19 @@ class Consumer:
                 full = False
                 while self._queue:
                     nxt = len(self._queue[0].data())
-                    if out and ((policy.max_num_message > 0 and len(out) >= policy.max_num_message) or (
-                            policy.max_num_bytes > 0 and size + nxt > policy.max_num_bytes)):
+                    if out and (
+                        (policy.max_num_message > 0 and len(out) >= policy.max_num_message)
+                        or (policy.max_num_bytes > 0 and size + nxt > policy.max_num_bytes)
+                    ):
                         full = True
                         break
                     out.append(self._take())
                     size += nxt
-                full = full or (policy.max_num_message > 0 and len(out) >= policy.max_num_message) or (
-                    policy.max_num_bytes > 0 and size >= policy.max_num_bytes)
+                full = (
+                    full
+                    or (policy.max_num_message > 0 and len(out) >= policy.max_num_message)
+                    or (policy.max_num_bytes > 0 and size >= policy.max_num_bytes)
+                )
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if full or (remaining is not None and remaining <= 0):
                     return out
@@ -265,8 +277,9 @@ class Consumer:
             msg = entry[0] if entry else message if isinstance(message, Message) else None
             if msg is None:
                 return
-            delay_ms = (self._nack_backoff.next_delay_ms(msg.redelivery_count()) if self._nack_backoff
-                        else self._nack_delay_ms)
+            delay_ms = (
+                self._nack_backoff.next_delay_ms(msg.redelivery_count()) if self._nack_backoff else self._nack_delay_ms
+            )
             self._nacks.append((time.monotonic() + delay_ms / 1000, msg))
         self._wake.set()
 
@@ -414,8 +427,9 @@ class Consumer:
                 self._errors.append(exc)
                 time.sleep(self._poll_s)
             except Exception:  # a bug: say so loudly, but keep the consumer alive
-                _LOG.exception("consumer %s on %s: unexpected error in the dispatch loop", self._name,
-                               self._topic_label)
+                _LOG.exception(
+                    "consumer %s on %s: unexpected error in the dispatch loop", self._name, self._topic_label
+                )
                 time.sleep(self._poll_s)
             self._wake.wait(self._poll_s)
             self._wake.clear()
@@ -447,7 +461,9 @@ class Consumer:
                 self._nacks = [(t, m) for t, m in self._nacks if t > now_s]
                 due.extend(ready)
             if self._ack_timeout_s is not None:
-                expired = [k for k, (_, deadline) in self._unacked.items() if deadline is not None and deadline <= now_s]
+                expired = [
+                    k for k, (_, deadline) in self._unacked.items() if deadline is not None and deadline <= now_s
+                ]
                 for key in expired:
                     due.append(self._unacked.pop(key)[0])
         if due:

@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.client.args import check_str_map, check_type, check_type_or_none
 from broker_core.bulk import PartitionAppend, to_segment_rows
+from broker_core.client.args import check_str_map, check_type, check_type_or_none
 from broker_core.client.builder import PendingMessage, plan_entries, rows_for
 from broker_core.errors import (
     AlreadyClosed,
@@ -221,30 +221,55 @@ class Producer:
     def is_connected(self) -> bool:
         return not self._closed and self._failure is None
 
-    def send(self, content: Any, properties: dict[str, str] | None = None, partition_key: str | None = None,
-             ordering_key: str | None = None, sequence_id: int | None = None,
-             replication_clusters: list[str] | None = None, disable_replication: bool = False,
-             event_timestamp: int | None = None, deliver_at: int | None = None,
-             deliver_after: timedelta | None = None) -> MessageId:
+    def send(
+        self,
+        content: Any,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        ordering_key: str | None = None,
+        sequence_id: int | None = None,
+        replication_clusters: list[str] | None = None,
+        disable_replication: bool = False,
+        event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
+    ) -> MessageId:
         """Publish a message and block until it is durable; return its ``MessageId``."""
-        pending = self._enqueue(content, properties, partition_key, ordering_key, sequence_id,
-                                replication_clusters, disable_replication, event_timestamp, deliver_at,
-                                deliver_after, flush=True)
+        pending = self._enqueue(
+            content,
+            properties,
+            partition_key,
+            ordering_key,
+            sequence_id,
+            replication_clusters,
+            disable_replication,
+            event_timestamp,
+            deliver_at,
+            deliver_after,
+            flush=True,
+        )
         with self._done_cond:
             if not self._done_cond.wait_for(lambda: pending.done, timeout=self._send_timeout_s):
-                raise Timeout(f"send to {self._topic} did not complete within the send timeout",
-                              topic=str(self._topic))
+                raise Timeout(f"send to {self._topic} did not complete within the send timeout", topic=str(self._topic))
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None
         return pending.result
 
-    def send_async(self, content: Any, callback: Callable[[Any, MessageId | None], None] | None,
-                   properties: dict[str, str] | None = None, partition_key: str | None = None,
-                   ordering_key: str | None = None, sequence_id: int | None = None,
-                   replication_clusters: list[str] | None = None, disable_replication: bool = False,
-                   event_timestamp: int | None = None, deliver_at: int | None = None,
-                   deliver_after: timedelta | None = None) -> None:
+    def send_async(
+        self,
+        content: Any,
+        callback: Callable[[Any, MessageId | None], None] | None,
+        properties: dict[str, str] | None = None,
+        partition_key: str | None = None,
+        ordering_key: str | None = None,
+        sequence_id: int | None = None,
+        replication_clusters: list[str] | None = None,
+        disable_replication: bool = False,
+        event_timestamp: int | None = None,
+        deliver_at: int | None = None,
+        deliver_after: timedelta | None = None,
+    ) -> None:
         """Queue a message; ``callback(result, message_id)`` runs once it is durable (or failed).
 
         Callbacks run on the producer's sender thread, in send order per partition.
@@ -253,13 +278,25 @@ class Producer:
             raise InvalidConfiguration(f"argument 'callback' must be callable, got {callback!r}")
         notify = None
         if callback is not None:
+
             def notify(msg: PendingMessage) -> None:
                 callback(result_for(msg.error), msg.result)
 
         try:
-            self._enqueue(content, properties, partition_key, ordering_key, sequence_id,
-                          replication_clusters, disable_replication, event_timestamp, deliver_at,
-                          deliver_after, flush=False, callback=notify)
+            self._enqueue(
+                content,
+                properties,
+                partition_key,
+                ordering_key,
+                sequence_id,
+                replication_clusters,
+                disable_replication,
+                event_timestamp,
+                deliver_at,
+                deliver_after,
+                flush=False,
+                callback=notify,
+            )
         except ProducerQueueIsFull as exc:
             if callback is None:
                 raise
@@ -274,16 +311,26 @@ class Producer:
         """
         check_type(pa.Table, table, "table")
         self.flush()
-        rows, explicit = to_segment_rows(table, publish_time_ms=self._clock.now_ms(),
-                                         max_message_size=self._max_message_size, default_producer=self._name)
-        rows = rows.set_column(rows.schema.get_field_index("producer_name"), "producer_name",
-                               pa.array([self._name] * rows.num_rows, pa.string()))
+        rows, explicit = to_segment_rows(
+            table,
+            publish_time_ms=self._clock.now_ms(),
+            max_message_size=self._max_message_size,
+            default_producer=self._name,
+        )
+        rows = rows.set_column(
+            rows.schema.get_field_index("producer_name"),
+            "producer_name",
+            pa.array([self._name] * rows.num_rows, pa.string()),
+        )
         if "sequence_id" not in table.column_names:
             with self._cond:
                 start = self._next_sequence_id
                 self._next_sequence_id += rows.num_rows
-            rows = rows.set_column(rows.schema.get_field_index("sequence_id"), "sequence_id",
-                                   pa.array(np.arange(start, start + rows.num_rows, dtype=np.int64)))
+            rows = rows.set_column(
+                rows.schema.get_field_index("sequence_id"),
+                "sequence_id",
+                pa.array(np.arange(start, start + rows.num_rows, dtype=np.int64)),
+            )
         if self._partitioned and self._router is not None:
             chosen = self._router.choose_many(rows.column("key"))
             if explicit is not None:
@@ -303,10 +350,14 @@ class Producer:
                 continue
             part_rows = rows if len(take) == rows.num_rows else rows.take(pa.array(take))
             layout = [len(take)] if self._batching else [-len(take)]
-            self._quota.admit(self._partition_names[index], deadline_s=self._deadline(time.monotonic()),
-                              closed=lambda: self._client._closed)
-            result = q.log.append(part_rows, layout=layout, compression=self._compression, dedup=self._dedup,
-                                  producer_epoch=q.epoch)
+            self._quota.admit(
+                self._partition_names[index],
+                deadline_s=self._deadline(time.monotonic()),
+                closed=lambda: self._client._closed,
+            )
+            result = q.log.append(
+                part_rows, layout=layout, compression=self._compression, dedup=self._dedup, producer_epoch=q.epoch
+            )
             out.append(PartitionAppend(partition=index, rows=len(take), result=result))
         if rows.num_rows:
             seq_max = pc.max(rows.column("sequence_id")).as_py()
@@ -322,9 +373,7 @@ class Producer:
                 q.flush_target = q.enqueued
             self._cond.notify_all()
         with self._done_cond:
-            self._done_cond.wait_for(
-                lambda: all(q.committed >= t for q, t in zip(self._queues, targets, strict=True))
-            )
+            self._done_cond.wait_for(lambda: all(q.committed >= t for q, t in zip(self._queues, targets, strict=True)))
         if self._failure is not None:
             raise self._failure
 
@@ -345,10 +394,22 @@ class Producer:
 
     # -- queueing -----------------------------------------------------------------------------------
 
-    def _enqueue(self, content: Any, properties: Any, partition_key: Any, ordering_key: Any, sequence_id: Any,
-                 replication_clusters: Any, disable_replication: Any, event_timestamp: Any, deliver_at: Any,
-                 deliver_after: Any, *, flush: bool,
-                 callback: Callable[[PendingMessage], None] | None = None) -> PendingMessage:
+    def _enqueue(
+        self,
+        content: Any,
+        properties: Any,
+        partition_key: Any,
+        ordering_key: Any,
+        sequence_id: Any,
+        replication_clusters: Any,
+        disable_replication: Any,
+        event_timestamp: Any,
+        deliver_at: Any,
+        deliver_after: Any,
+        *,
+        flush: bool,
+        callback: Callable[[PendingMessage], None] | None = None,
+    ) -> PendingMessage:
         if self._closed:
             raise AlreadyClosed(f"producer {self._name!r} on {self._topic} is closed")
         if self._failure is not None:
@@ -384,10 +445,19 @@ class Producer:
             if isinstance(self._router, CustomRouter):
                 # the official client hands a custom router the Message being sent
                 routed = Message(
-                    _data=data, _key=partition_key, _ordering_key=ordering_key.encode() if ordering_key else None,
-                    _properties=dict(props or {}), _producer_name=self._name, _sequence_id=sequence_id,
-                    _publish_time_ms=publish_ms, _event_time_ms=event_timestamp or 0, _deliver_at_ms=deliver_ms,
-                    _schema_version=None, _message_id=MessageId(), _topic=str(self._topic), _schema=self._schema,
+                    _data=data,
+                    _key=partition_key,
+                    _ordering_key=ordering_key.encode() if ordering_key else None,
+                    _properties=dict(props or {}),
+                    _producer_name=self._name,
+                    _sequence_id=sequence_id,
+                    _publish_time_ms=publish_ms,
+                    _event_time_ms=event_timestamp or 0,
+                    _deliver_at_ms=deliver_ms,
+                    _schema_version=None,
+                    _message_id=MessageId(),
+                    _topic=str(self._topic),
+                    _schema=self._schema,
                 )
             partition = self._router.choose(partition_key, routed)
         ordering = ordering_key.encode("utf-8") if ordering_key else None
@@ -404,10 +474,18 @@ class Producer:
             was_empty = not q.messages
             for index, (chunk, chunk_fields) in enumerate(pieces):
                 pending = PendingMessage(
-                    value=chunk, key=partition_key, ordering_key=ordering, properties=props,
-                    sequence_id=seq, publish_time_ms=publish_ms, event_time_ms=event_timestamp,
-                    deliver_at_ms=deliver_ms, size_bytes=len(chunk) if chunk is not None else 0,
-                    enqueued_s=now, callback=callback if index == len(pieces) - 1 else None, **chunk_fields,
+                    value=chunk,
+                    key=partition_key,
+                    ordering_key=ordering,
+                    properties=props,
+                    sequence_id=seq,
+                    publish_time_ms=publish_ms,
+                    event_time_ms=event_timestamp,
+                    deliver_at_ms=deliver_ms,
+                    size_bytes=len(chunk) if chunk is not None else 0,
+                    enqueued_s=now,
+                    callback=callback if index == len(pieces) - 1 else None,
+                    **chunk_fields,
                 )
                 q.messages.append(pending)
                 q.bytes += pending.size_bytes
@@ -416,8 +494,7 @@ class Producer:
             if flush:
                 q.flush_target = q.enqueued
             # wake the sender only when it has something new to decide
-            if (was_empty or flush or len(q.messages) >= self._batch_max_messages
-                    or q.bytes >= self._batch_max_bytes):
+            if was_empty or flush or len(q.messages) >= self._batch_max_messages or q.bytes >= self._batch_max_bytes:
                 self._cond.notify_all()
         return pending
 
@@ -428,17 +505,20 @@ class Producer:
         count = (size + chunk_size - 1) // chunk_size
         chunk_uuid = f"{self._name}-{seq}-{uuid.uuid4().hex[:8]}"
         return [
-            (data[i * chunk_size : (i + 1) * chunk_size],
-             {"chunk_uuid": chunk_uuid, "chunk_id": i, "num_chunks": count, "chunk_total_size_bytes": size})
+            (
+                data[i * chunk_size : (i + 1) * chunk_size],
+                {"chunk_uuid": chunk_uuid, "chunk_id": i, "num_chunks": count, "chunk_total_size_bytes": size},
+            )
             for i in range(count)
         ]
 
     def _wait_for_space(self, partition: int, needed: int) -> None:
         def full() -> bool:
             total = self._pending_total
-            return (len(self._queues[partition].messages) + needed > self._max_pending and
-                    len(self._queues[partition].messages) > 0) or (
-                self._max_pending_total > 0 and total + needed > self._max_pending_total and total > 0)
+            return (
+                len(self._queues[partition].messages) + needed > self._max_pending
+                and len(self._queues[partition].messages) > 0
+            ) or (self._max_pending_total > 0 and total + needed > self._max_pending_total and total > 0)
 
         while full():
             if not self._block:
@@ -458,16 +538,21 @@ class Producer:
             return False
         if not self._batching or self._closed or q.taken < q.flush_target:
             return True
-        return (len(q.messages) >= self._batch_max_messages or q.bytes >= self._batch_max_bytes
-                or now - q.messages[0].enqueued_s >= self._batch_delay_s)
+        return (
+            len(q.messages) >= self._batch_max_messages
+            or q.bytes >= self._batch_max_bytes
+            or now - q.messages[0].enqueued_s >= self._batch_delay_s
+        )
 
     def _take(self, q: _PartitionQueue) -> list[PendingMessage]:
         limit = self._batch_max_messages if self._batching else 10_000
         byte_limit = self._batch_max_bytes if self._batching else 16 << 20
         out: list[PendingMessage] = []
         size = 0
-        while q.messages and (len(out) < limit and size < byte_limit or (out and out[-1].is_chunk
-                                                                         and out[-1].chunk_id != out[-1].num_chunks - 1)):
+        while q.messages and (
+            (len(out) < limit and size < byte_limit)
+            or (out and out[-1].is_chunk and out[-1].chunk_id != out[-1].num_chunks - 1)
+        ):
             msg = q.messages.popleft()
             out.append(msg)
             size += msg.size_bytes
@@ -502,13 +587,16 @@ class Producer:
         try:
             if self._failure is not None:
                 raise self._failure
-            self._quota.admit(self._partition_names[self._queues.index(q)],
-                              deadline_s=self._deadline(batch[0].enqueued_s),
-                              closed=lambda: self._client._closed)
+            self._quota.admit(
+                self._partition_names[self._queues.index(q)],
+                deadline_s=self._deadline(batch[0].enqueued_s),
+                closed=lambda: self._client._closed,
+            )
             ordered, layout = plan_entries(batch, batching=self._batching, key_based=self._key_based)
             table = rows_for(ordered, self._name)
-            result = q.log.append(table, layout=layout, compression=self._compression, dedup=self._dedup,
-                                  producer_epoch=q.epoch)
+            result = q.log.append(
+                table, layout=layout, compression=self._compression, dedup=self._dedup, producer_epoch=q.epoch
+            )
         except BaseException as exc:  # resolve every waiter, whatever happened
             error = exc if isinstance(exc, PulsarException) else PulsarException(f"commit failed: {exc!r}")
             if isinstance(exc, PulsarException) and type(exc).__name__ == "ProducerFenced":
@@ -526,8 +614,9 @@ class Producer:
         i = 0
         for row, msg in enumerate(ordered):
             if kept[row]:
-                msg.result = MessageId(partition=partition, ledger_id=ledger, entry_id=entry_list[i],
-                                       batch_index=batch_list[i])
+                msg.result = MessageId(
+                    partition=partition, ledger_id=ledger, entry_id=entry_list[i], batch_index=batch_list[i]
+                )
                 i += 1
             else:
                 msg.result = MessageId(partition=partition, ledger_id=-1, entry_id=-1, batch_index=-1)
