@@ -163,11 +163,12 @@ class Cursor:
             )
         if self.consumers and sub_type == ConsumerType.Exclusive:
             raise ConsumerBusy(
-                f"exclusive subscription {self.subscription!r} already has consumer "
-                f"{next(iter(self.consumers))!r}",
+                f"exclusive subscription {self.subscription!r} already has consumer {next(iter(self.consumers))!r}",
                 subscription=self.subscription,
             )
-        mode_clash = bool(key_shared and self.key_shared) and key_shared.get("mode") != self.key_shared.get("mode")
+        mode_clash = bool(key_shared and self.key_shared) and (key_shared or {}).get("mode") != self.key_shared.get(
+            "mode"
+        )
         if sub_type == ConsumerType.KeyShared and self.consumers and mode_clash:
             raise ConsumerBusy(
                 f"Key_Shared subscription {self.subscription!r} uses mode {self.key_shared.get('mode')}; "
@@ -189,13 +190,16 @@ class Cursor:
         self.consumers[name] = entry
         if self._auto_split_ranges():
             regions = [tuple(r) for r in self.key_shared.get("regions", [])]
-            self.key_shared["regions"] = [list(r) for r in split_regions(regions, name)]  # type: ignore[arg-type]
+            self.key_shared["regions"] = [list(r) for r in split_regions(regions, name)]
         return entry
 
     def _auto_split_ranges(self) -> bool:
         """AUTO_SPLIT hash ranges depend on the join/leave history, so the cursor keeps the layout."""
-        return (self.sub_type == ConsumerType.KeyShared and self.key_shared.get("mode", "AutoSplit") == "AutoSplit"
-                and not self.key_shared.get("consistentHashing", False))
+        return (
+            self.sub_type == ConsumerType.KeyShared
+            and self.key_shared.get("mode", "AutoSplit") == "AutoSplit"
+            and not self.key_shared.get("consistentHashing", False)
+        )
 
     def renew(self, name: str, *, now_ms: int, lease_ms: int) -> bool:
         """Extend a consumer's lease; False if it is no longer registered (it was expired)."""
@@ -210,7 +214,7 @@ class Cursor:
         self.consumers.pop(name, None)
         if self._auto_split_ranges() and "regions" in self.key_shared:
             regions = [tuple(r) for r in self.key_shared["regions"]]
-            self.key_shared["regions"] = [list(r) for r in merge_regions(regions, name)]  # type: ignore[arg-type]
+            self.key_shared["regions"] = [list(r) for r in merge_regions(regions, name)]
         claims = self.claims.pop(name, None)
         if claims:
             self._count_redelivery(claims.offsets())

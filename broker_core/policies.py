@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -134,7 +135,9 @@ class PolicyStore:
         doc = self._topic_state(name).latest()[1]
         return Policies.model_validate((doc or {}).get("policies", {}))
 
-    def set_namespace_policies(self, namespace: str, changes: dict[str, Any], *, remove: list[str] = ()) -> Policies:
+    def set_namespace_policies(
+        self, namespace: str, changes: dict[str, Any], *, remove: Sequence[str] = ()
+    ) -> Policies:
         """Set (and/or unset) namespace policy values in one commit; returns the new policies."""
         ns = NamespaceName.parse(namespace)
         self.namespace_policies(ns)  # must exist
@@ -149,7 +152,7 @@ class PolicyStore:
         self._cache.clear()
         return result["p"]
 
-    def set_topic_policies(self, topic: str, changes: dict[str, Any], *, remove: list[str] = ()) -> Policies:
+    def set_topic_policies(self, topic: str, changes: dict[str, Any], *, remove: Sequence[str] = ()) -> Policies:
         name = TopicName.parse(topic)
         result: dict[str, Policies] = {}
 
@@ -181,7 +184,7 @@ class PolicyStore:
         return value
 
 
-def _merge(current: dict[str, Any], changes: dict[str, Any], remove: list[str], *, source: str) -> Policies:
+def _merge(current: dict[str, Any], changes: dict[str, Any], remove: Sequence[str], *, source: str) -> Policies:
     base = parse_policies(current, source=source).to_json()
     update = parse_policies(changes, source=source).to_json()
     for key in remove:

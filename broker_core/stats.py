@@ -84,7 +84,7 @@ def topic_stats(broker: Broker, topic: str | TopicName, *, now_ms: int | None = 
     now = int(time.time() * 1000) if now_ms is None else now_ms
     partitions = broker.partitions(name, auto_create=False)
     out: dict[str, Any] = {"topic": str(name), "partitions": {}}
-    totals = {"msgCount": 0, "storageSize": 0, "msgBacklog": {}}
+    totals: dict[str, Any] = {"msgCount": 0, "storageSize": 0, "msgBacklog": {}}
     for part in partitions:
         log = broker.topic_log(part, create=False)
         if not log.exists():  # a partition nobody has written to or subscribed on yet

@@ -171,9 +171,9 @@ class TopicLog:
         metadata = Metadata(
             id=str(uuid.uuid4()),
             name=name,
-            schemaString=delta_schema_string(),
+            schema_string=delta_schema_string(),
             configuration=configuration,
-            createdTime=created_ms,
+            created_time=created_ms,
         )
         return self.log.create(metadata)
 
@@ -276,8 +276,8 @@ class TopicLog:
                         Add(
                             path=seg_path,
                             size=size,
-                            modificationTime=now_ms,
-                            dataChange=True,
+                            modification_time=now_ms,
+                            data_change=True,
                             stats=f'{{"numRecords":{rows.num_rows}}}',
                             tags=seg.tags(),
                         )
@@ -286,9 +286,9 @@ class TopicLog:
                     if dedup:
                         actions.extend(_producer_txns(rows, now_ms))
                 if txn is not None:
-                    actions.append(Txn(appId=txn[0], version=txn[1], lastUpdated=now_ms))
-                actions.append(Txn(appId=TXN_NEXT_OFFSET, version=next_offset, lastUpdated=now_ms))
-                actions.append(Txn(appId=TXN_NEXT_ENTRY_ID, version=next_entry, lastUpdated=now_ms))
+                    actions.append(Txn(app_id=txn[0], version=txn[1], last_updated=now_ms))
+                actions.append(Txn(app_id=TXN_NEXT_OFFSET, version=next_offset, last_updated=now_ms))
+                actions.append(Txn(app_id=TXN_NEXT_ENTRY_ID, version=next_entry, last_updated=now_ms))
                 return actions
 
             try:
@@ -366,17 +366,17 @@ class TopicLog:
                     Add(
                         path=seg.path,
                         size=seg.size_bytes,
-                        modificationTime=now_ms,
-                        dataChange=True,
+                        modification_time=now_ms,
+                        data_change=True,
                         stats=f'{{"numRecords":{seg.num_records}}}',
                         tags=ref.tags(),
                     )
                 )
                 offset, entry = ref.end_offset, ref.end_entry_id
             if txn is not None:
-                actions.append(Txn(appId=txn[0], version=txn[1], lastUpdated=now_ms))
-            actions.append(Txn(appId=TXN_NEXT_OFFSET, version=offset, lastUpdated=now_ms))
-            actions.append(Txn(appId=TXN_NEXT_ENTRY_ID, version=entry, lastUpdated=now_ms))
+                actions.append(Txn(app_id=txn[0], version=txn[1], last_updated=now_ms))
+            actions.append(Txn(app_id=TXN_NEXT_OFFSET, version=offset, last_updated=now_ms))
+            actions.append(Txn(app_id=TXN_NEXT_ENTRY_ID, version=entry, last_updated=now_ms))
             return actions
 
         try:
@@ -399,7 +399,7 @@ class TopicLog:
         def build(snap: Snapshot) -> list[Action]:
             if snap.producer_epoch >= to:
                 raise NothingToCommit("epoch already there")
-            return [Txn(appId=TXN_PRODUCER_EPOCH, version=to, lastUpdated=int(time.time() * 1000))]
+            return [Txn(app_id=TXN_PRODUCER_EPOCH, version=to, last_updated=int(time.time() * 1000))]
 
         try:
             result = self.log.commit(build, operation="FENCE PRODUCERS")
@@ -544,7 +544,7 @@ def _producer_txns(rows: pa.Table, now_ms: int) -> list[Action]:
         grouped.column("producer_name").to_pylist(), grouped.column("sequence_id_max").to_pylist(), strict=True
     ):
         if name is not None and seq is not None:
-            out.append(Txn(appId=name, version=seq, lastUpdated=now_ms))
+            out.append(Txn(app_id=name, version=seq, last_updated=now_ms))
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from broker_core.broker import Broker
@@ -391,22 +392,26 @@ class PartitionPlanner:
                     continue
                 offsets = [o for a, b in ranges for o in range(int(a), int(b))]
 
-                def fn(cursor: Cursor | None, offsets: list[int] = offsets) -> Cursor | None:
+                def ack_claims(cursor: Cursor | None, offsets: list[int] = offsets) -> Cursor | None:
                     if cursor is None:
                         return None
                     cursor.ack(offsets)
                     cursor.renew(consumer, now_ms=now_ms, lease_ms=self.lease_ms)
                     return cursor
+
+                fn: Callable[[Cursor | None], Cursor | None] = ack_claims
             else:
                 stop = end.get("parts", {}).get(display)
                 if stop is None:
                     continue
 
-                def fn(cursor: Cursor | None, stop: int = int(stop)) -> Cursor | None:
+                def ack_range(cursor: Cursor | None, stop: int = int(stop)) -> Cursor | None:
                     if cursor is None or stop - 1 < cursor.mark_delete:
                         return None
                     cursor.ack_cumulative(stop - 1)
                     return cursor
+
+                fn = ack_range
 
             part.store.update(fn)
 

@@ -187,7 +187,7 @@ class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"v": 1, "parts": self.planner.latest_positions()}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        return self.planner.plan(start, end)
+        return list(self.planner.plan(start, end))
 
     def read(self, partition: InputPartition) -> Any:
         assert isinstance(partition, ScanPartition)

@@ -551,7 +551,7 @@ class Producer:
         size = 0
         while q.messages and (
             (len(out) < limit and size < byte_limit)
-            or (out and out[-1].is_chunk and out[-1].chunk_id != out[-1].num_chunks - 1)
+            or (out and out[-1].is_chunk and out[-1].chunk_id != (out[-1].num_chunks or 0) - 1)
         ):
             msg = q.messages.popleft()
             out.append(msg)

@@ -354,7 +354,7 @@ def _commit_vacuum(log: TransactionLog, result: VacuumResult, *, max_producers: 
         parameters.clear()  # commit() renders commitInfo from this dict after build returns
         parameters.update(numDeletedFiles=len(result.deleted_removed) + len(result.deleted_orphans),
                           numDeletedBytes=result.deleted_bytes, numExpiredTxns=len(expiring), nowMs=now)
-        return [Txn(appId=app_id, version=-1, lastUpdated=now) for app_id in expiring]
+        return [Txn(app_id=app_id, version=-1, last_updated=now) for app_id in expiring]
 
     return log.commit(build, operation="VACUUM END", parameters=parameters).snapshot, expiring
 

@@ -291,17 +291,17 @@ def _retain(
         actions: list[Action] = [
             Remove(
                 path=seg.path,
-                dataChange=True,
-                deletionTimestamp=deleted_ms,
-                extendedFileMetadata=True,
-                partitionValues={},
+                data_change=True,
+                deletion_timestamp=deleted_ms,
+                extended_file_metadata=True,
+                partition_values={},
                 size=seg.size_bytes,
             )
             for seg in doomed
         ]
         # re-state the counters: with every segment gone they alone keep offsets from being reused
-        actions.append(Txn(appId=TXN_NEXT_OFFSET, version=snap.next_offset, lastUpdated=deleted_ms))
-        actions.append(Txn(appId=TXN_NEXT_ENTRY_ID, version=snap.next_entry_id, lastUpdated=deleted_ms))
+        actions.append(Txn(app_id=TXN_NEXT_OFFSET, version=snap.next_offset, last_updated=deleted_ms))
+        actions.append(Txn(app_id=TXN_NEXT_ENTRY_ID, version=snap.next_entry_id, last_updated=deleted_ms))
         new_first = (
             snap.segments[len(doomed)].base_offset if len(doomed) < len(snap.segments) else snap.next_offset
         )

@@ -283,17 +283,17 @@ def read_checkpoint(io_: FileIO, table_path: str, version: int) -> Snapshot | No
             actions.append(
                 Remove(
                     path=r["path"],
-                    dataChange=r["dataChange"],
-                    deletionTimestamp=r.get("deletionTimestamp"),
-                    extendedFileMetadata=r.get("extendedFileMetadata"),
-                    partitionValues=None if r.get("partitionValues") is None else dict(r["partitionValues"]),
+                    data_change=r["dataChange"],
+                    deletion_timestamp=r.get("deletionTimestamp"),
+                    extended_file_metadata=r.get("extendedFileMetadata"),
+                    partition_values=None if r.get("partitionValues") is None else dict(r["partitionValues"]),
                     size=r.get("size"),
                     tags=None if r.get("tags") is None else dict(r["tags"]),
                 )
             )
         elif row.get("txn"):
             t = row["txn"]
-            actions.append(Txn(appId=t["appId"], version=t["version"], lastUpdated=t.get("lastUpdated")))
+            actions.append(Txn(app_id=t["appId"], version=t["version"], last_updated=t.get("lastUpdated")))
         elif row.get("metaData"):
             m = row["metaData"]
             actions.append(
@@ -304,16 +304,16 @@ def read_checkpoint(io_: FileIO, table_path: str, version: int) -> Snapshot | No
                     format=Format(
                         provider=m["format"]["provider"], options=dict(m["format"]["options"] or [])
                     ),
-                    schemaString=m["schemaString"],
-                    partitionColumns=list(m["partitionColumns"] or []),
+                    schema_string=m["schemaString"],
+                    partition_columns=list(m["partitionColumns"] or []),
                     configuration=dict(m["configuration"] or []),
-                    createdTime=m.get("createdTime"),
+                    created_time=m.get("createdTime"),
                 )
             )
         elif row.get("protocol"):
             p = row["protocol"]
             actions.append(
-                Protocol(minReaderVersion=p["minReaderVersion"], minWriterVersion=p["minWriterVersion"])
+                Protocol(min_reader_version=p["minReaderVersion"], min_writer_version=p["minWriterVersion"])
             )
     shell = Snapshot.from_actions(version, actions)
     if any(isinstance(a, Add) for a in actions):

@@ -177,9 +177,9 @@ class TransactionLog:
     def create(self, metadata: Metadata, *, operation: str = "CREATE TABLE") -> bool:
         """Write version 0 (protocol + metaData); return False if the table exists already."""
         actions: list[Action] = [
-            Protocol(minReaderVersion=1, minWriterVersion=2),
+            Protocol(min_reader_version=1, min_writer_version=2),
             metadata,
-            CommitInfo(timestamp=int(time.time() * 1000), operation=operation, engineInfo=ENGINE_INFO),
+            CommitInfo(timestamp=int(time.time() * 1000), operation=operation, engine_info=ENGINE_INFO),
         ]
         return self.io.put_if_absent(commit_path(self.table_path, 0), encode_actions(actions))
 
@@ -202,10 +202,10 @@ class TransactionLog:
                 info = CommitInfo(
                     timestamp=int(time.time() * 1000),
                     operation=operation,
-                    operationParameters=parameters or {},
-                    readVersion=snapshot.version,
-                    isBlindAppend=False,
-                    engineInfo=ENGINE_INFO,
+                    operation_parameters=parameters or {},
+                    read_version=snapshot.version,
+                    is_blind_append=False,
+                    engine_info=ENGINE_INFO,
                 )
                 version = snapshot.version + 1
                 payload = encode_actions([*actions, info])

@@ -127,7 +127,7 @@ def test_deltalake_does_not_see_removed_segments(tmp_path: Path) -> None:
     first = topic.snapshot().segments[0]
 
     def remove(snap: Snapshot) -> list[Action]:
-        return [Remove(path=first.path, dataChange=True, deletionTimestamp=int(time.time() * 1000))]
+        return [Remove(path=first.path, data_change=True, deletion_timestamp=int(time.time() * 1000))]
 
     topic.log.commit(remove, operation="DELETE")
     _append(topic, 9, 3)  # version 5: a checkpoint with the tombstone

@@ -47,9 +47,9 @@ def _metadata() -> Metadata:
     return Metadata(
         id=str(uuid.uuid4()),
         name="persistent://public/default/log-test",
-        schemaString=delta_schema_string(),
+        schema_string=delta_schema_string(),
         configuration={"pubsub.ledgerId": "1234"},
-        createdTime=1_700_000_000_000,
+        created_time=1_700_000_000_000,
     )
 
 
@@ -77,9 +77,9 @@ def _append_actions(snap: Snapshot, layout: list[int], *, tag: str = "") -> list
         modification_time_ms=1_700_000_000_000 + snap.version,
     )
     return [
-        Add(path=seg.path, size=seg.size_bytes, modificationTime=seg.modification_time_ms, tags=seg.tags()),
-        Txn(appId=TXN_NEXT_OFFSET, version=seg.end_offset, lastUpdated=1),
-        Txn(appId=TXN_NEXT_ENTRY_ID, version=seg.end_entry_id, lastUpdated=1),
+        Add(path=seg.path, size=seg.size_bytes, modification_time=seg.modification_time_ms, tags=seg.tags()),
+        Txn(app_id=TXN_NEXT_OFFSET, version=seg.end_offset, last_updated=1),
+        Txn(app_id=TXN_NEXT_ENTRY_ID, version=seg.end_entry_id, last_updated=1),
     ]
 
 
@@ -134,37 +134,37 @@ def _full_replay(io: LocalFileIO) -> Snapshot:
 def _all_kinds_of_actions() -> list[Action]:
     seg_tags = {"pubsub.baseOffset": "0", "pubsub.numRecords": "3", "pubsub.entryLayout": "2,-1"}
     return [
-        Protocol(minReaderVersion=1, minWriterVersion=2),
+        Protocol(min_reader_version=1, min_writer_version=2),
         Metadata(
             id="id-1",
             name="n",
             description="d",
             format=Format(provider="parquet", options={"o": "v"}),
-            schemaString=delta_schema_string(),
-            partitionColumns=[],
+            schema_string=delta_schema_string(),
+            partition_columns=[],
             configuration={"pubsub.ledgerId": "7", "delta.appendOnly": "false"},
-            createdTime=5,
+            created_time=5,
         ),
         Add(
             path="part-1.parquet",
-            partitionValues={},
+            partition_values={},
             size=10,
-            modificationTime=11,
-            dataChange=True,
+            modification_time=11,
+            data_change=True,
             stats='{"numRecords":3}',
             tags=seg_tags,
         ),
         Remove(
-            path="part-0.parquet", dataChange=True, deletionTimestamp=12, extendedFileMetadata=True, size=9
+            path="part-0.parquet", data_change=True, deletion_timestamp=12, extended_file_metadata=True, size=9
         ),
-        Txn(appId="producer-\u00e9\u2028x", version=2**62, lastUpdated=13),
+        Txn(app_id="producer-\u00e9\u2028x", version=2**62, last_updated=13),
         CommitInfo(
             timestamp=14,
             operation="WRITE",
-            operationParameters={"mode": "Append", "n": 3},
-            readVersion=0,
-            isBlindAppend=False,
-            engineInfo="x",
+            operation_parameters={"mode": "Append", "n": 3},
+            read_version=0,
+            is_blind_append=False,
+            engine_info="x",
             customField={"nested": [1, 2]},  # type: ignore[call-arg]
         ),
     ]
@@ -198,8 +198,8 @@ def test_encoded_actions_use_the_delta_field_names() -> None:
 )
 def test_txn_and_add_round_trip_any_text(app_id: str, version: int, tags: dict[str, str]) -> None:
     actions: list[Action] = [
-        Txn(appId=app_id, version=version),
-        Add(path=f"p/{app_id}", size=1, modificationTime=2, tags=tags),
+        Txn(app_id=app_id, version=version),
+        Add(path=f"p/{app_id}", size=1, modification_time=2, tags=tags),
     ]
     assert decode_actions(encode_actions(actions), version=1) == actions
 
@@ -209,14 +209,14 @@ def test_decode_skips_blank_lines_and_unknown_actions_and_fields() -> None:
         b'\n{"cdc":{"path":"x"}}\n\n{"txn":{"appId":"a","version":3,"futureField":1}}\r\n'
         b'{"domainMetadata":{"domain":"d","configuration":"{}","removed":false}}\n'
     )
-    assert decode_actions(data, version=4) == [Txn(appId="a", version=3)]
+    assert decode_actions(data, version=4) == [Txn(app_id="a", version=3)]
 
 
 def test_decode_keeps_a_raw_line_separator_inside_a_string() -> None:
     # JSON allows U+2028 unescaped in strings and delta-rs (serde_json) writes it raw
     data = '{"commitInfo":{"operation":"a\u2028b\u0085c"}}\n{"txn":{"appId":"x","version":1}}\n'.encode()
     actions = decode_actions(data, version=2)
-    assert actions == [CommitInfo(operation="a\u2028b\u0085c"), Txn(appId="x", version=1)]
+    assert actions == [CommitInfo(operation="a\u2028b\u0085c"), Txn(app_id="x", version=1)]
 
 
 @pytest.mark.parametrize(
@@ -250,7 +250,7 @@ def test_create_writes_version_zero_once(tmp_path: Path) -> None:
     assert log.create(_metadata()) is False  # the first create wins; nothing replaced
     snap = log.snapshot()
     assert snap.version == 0
-    assert snap.protocol == Protocol(minReaderVersion=1, minWriterVersion=2)
+    assert snap.protocol == Protocol(min_reader_version=1, min_writer_version=2)
     assert snap.metadata.configuration["pubsub.ledgerId"] == "1234"
     assert snap.ledger_id == 1234
     assert snap.segments == ()
@@ -325,9 +325,9 @@ def test_a_lost_race_rebuilds_against_the_winner_and_takes_the_next_version(tmp_
         seen.append((snap.version, snap.next_offset))
         if len(seen) == 1:  # b commits version 1 while a is building its version 1
             b.commit(
-                lambda s: [*_append_actions(s, [5], tag="-b"), Txn(appId="b", version=1)], operation="WRITE"
+                lambda s: [*_append_actions(s, [5], tag="-b"), Txn(app_id="b", version=1)], operation="WRITE"
             )
-        return [*_append_actions(snap, [2], tag="-a"), Txn(appId="a", version=1)]
+        return [*_append_actions(snap, [2], tag="-a"), Txn(app_id="a", version=1)]
 
     result = a.commit(build, operation="WRITE")
     assert seen == [(0, 0), (1, 5)]  # re-validated against b's commit, offsets moved
@@ -335,8 +335,8 @@ def test_a_lost_race_rebuilds_against_the_winner_and_takes_the_next_version(tmp_
     # nothing overwritten: version 1 is still b's commit, version 2 is a's
     v1 = decode_actions((tmp_path / TABLE / LOG_DIR / f"{1:020d}.json").read_bytes(), version=1)
     v2 = decode_actions((tmp_path / TABLE / LOG_DIR / f"{2:020d}.json").read_bytes(), version=2)
-    assert Txn(appId="b", version=1) in v1
-    assert Txn(appId="a", version=1) in v2
+    assert Txn(app_id="b", version=1) in v1
+    assert Txn(app_id="a", version=1) in v2
     snap = _reopen(tmp_path).snapshot()
     segments = [(s.path, s.base_offset) for s in snap.segments]
     assert segments == [("part-0-b.parquet", 0), ("part-5-a.parquet", 5)]
@@ -357,7 +357,7 @@ def test_threads_with_separate_logs_commit_dense_versions_without_overwrites(tmp
             for k in range(commits_each):
 
                 def build(snap: Snapshot, k: int = k) -> list[Action]:
-                    return [*_append_actions(snap, [i + 1], tag=f"-w{i}-{k}"), Txn(appId=f"w{i}", version=k)]
+                    return [*_append_actions(snap, [i + 1], tag=f"-w{i}-{k}"), Txn(app_id=f"w{i}", version=k)]
 
                 results[i].append(log.commit(build, operation="WRITE").version)
         except BaseException as exc:
@@ -376,7 +376,7 @@ def test_threads_with_separate_logs_commit_dense_versions_without_overwrites(tmp
         for k, version in enumerate(vs):
             data = (tmp_path / TABLE / LOG_DIR / f"{version:020d}.json").read_bytes()
             actions = decode_actions(data, version=version)
-            assert Txn(appId=f"w{i}", version=k) in actions  # the file still holds what this writer wrote
+            assert Txn(app_id=f"w{i}", version=k) in actions  # the file still holds what this writer wrote
             paths = [a.path for a in actions if isinstance(a, Add)]
             assert paths == [f"part-{_base(actions)}-w{i}-{k}.parquet"]
     snap = _reopen(tmp_path).snapshot()
@@ -413,7 +413,7 @@ def _build_history(log: TransactionLog, commits: int) -> None:
     for i in range(commits):
         actions: list[Action]
         if i == 3:
-            actions = [Remove(path=log.snapshot().segments[0].path, deletionTimestamp=99, dataChange=True)]
+            actions = [Remove(path=log.snapshot().segments[0].path, deletion_timestamp=99, data_change=True)]
 
             def remove(s: Snapshot, actions: list[Action] = actions) -> list[Action]:
                 return actions
@@ -421,7 +421,7 @@ def _build_history(log: TransactionLog, commits: int) -> None:
             log.commit(remove, operation="DELETE")
         else:
             layout = [[2], [-3], [1, -2, 4]][i % 3]
-            producer_txn = Txn(appId=f"p{i % 2}", version=i)
+            producer_txn = Txn(app_id=f"p{i % 2}", version=i)
 
             def build(s: Snapshot, layout: list[int] = layout, txn: Txn = producer_txn) -> list[Action]:
                 return [*_append_actions(s, layout), txn]
@@ -509,7 +509,7 @@ def test_explicit_checkpoint_and_an_unreadable_checkpoint(tmp_path: Path) -> Non
 def test_a_commit_the_log_could_not_replay_is_refused_before_it_is_written(tmp_path: Path) -> None:
     log = _new_log(tmp_path)
     with pytest.raises(LogCorrupted, match="without pubsub tags"):
-        log.commit(lambda s: [Add(path="untagged.parquet", size=1, modificationTime=1)], operation="WRITE")
+        log.commit(lambda s: [Add(path="untagged.parquet", size=1, modification_time=1)], operation="WRITE")
     assert not (tmp_path / TABLE / LOG_DIR / f"{1:020d}.json").exists()
     assert _reopen(tmp_path).snapshot().version == 0
     assert log.commit(lambda s: _append_actions(s, [1]), operation="WRITE").version == 1
@@ -517,7 +517,7 @@ def test_a_commit_the_log_could_not_replay_is_refused_before_it_is_written(tmp_p
 
 def test_an_add_without_pubsub_tags_is_reported_as_foreign(tmp_path: Path) -> None:
     log = _new_log(tmp_path)
-    foreign = Add(path="foreign.parquet", size=1, modificationTime=1)  # as deltalake's writer would add
+    foreign = Add(path="foreign.parquet", size=1, modification_time=1)  # as deltalake's writer would add
     log.io.put_if_absent(commit_path(TABLE, 1), encode_actions([foreign]))
     with pytest.raises(LogCorrupted, match="foreign writer"):
         _reopen(tmp_path).snapshot()
@@ -526,7 +526,7 @@ def test_an_add_without_pubsub_tags_is_reported_as_foreign(tmp_path: Path) -> No
 def test_an_add_with_malformed_pubsub_tags_is_log_corrupted(tmp_path: Path) -> None:
     log = _new_log(tmp_path)
     tags = {"pubsub.baseOffset": "zero"}
-    bad = Add(path="bad.parquet", size=1, modificationTime=1, tags=tags)
+    bad = Add(path="bad.parquet", size=1, modification_time=1, tags=tags)
     log.io.put_if_absent(commit_path(TABLE, 1), encode_actions([bad]))
     with pytest.raises(LogCorrupted, match=r"bad\.parquet"):
         _reopen(tmp_path).snapshot()

@@ -59,7 +59,7 @@ def remove_first_segments(root: str, topic: str, count: int) -> None:
     now = int(time.time() * 1000)
     log.log.commit(
         lambda snap: [
-            Remove(path=seg.path, deletionTimestamp=now, dataChange=True) for seg in snap.segments[:count]
+            Remove(path=seg.path, deletion_timestamp=now, data_change=True) for seg in snap.segments[:count]
         ],
         operation="DELETE",
     )
