@@ -181,10 +181,16 @@ def main() -> None:
     both_cores = run(
         "read", "pubsub source, minPartitions=2 (one task per core)", noop(pubsub_read(minPartitions="2"))
     )
+    split_offsets = run(
+        "read",
+        "pubsub source, maxRecordsPerPartition=n/2 (two offset slices)",
+        noop(pubsub_read(maxRecordsPerPartition=str(max(1, args.messages // 2)))),
+    )
     ratios = [
         ("read: pubsub / Parquet (segment files)", ours / theirs),
         ("read: pubsub / Parquet (plain copy)", ours / plain_read),
         ("read: pubsub minPartitions=2 / Parquet (segments)", both_cores / theirs),
+        ("read: pubsub maxRecordsPerPartition / Parquet (segments)", split_offsets / theirs),
     ]
 
     print("b. write (streaming, Trigger.AvailableNow; input: Spark's file source over the plain copy)")

@@ -351,11 +351,12 @@ class PartitionPlanner:
                 topic, index = topics[display]
             view = views.get(display)
             for slot_range in slot_ranges:
-                task = ScanTask(root=self.options.root, topic_path="/".join(topic.relative_path()), topic=display,
-                                partition=index, ranges=tuple(ranges), slot_range=slot_range,
-                                fail_on_data_loss=self.options.fail_on_data_loss, redelivery=counts,
-                                compacted=None if view is None else (int(view[0]), str(view[1])))
-                out.append(ScanPartition([task]))
+                for piece in _split_ranges(ranges, self.options.max_records_per_partition):
+                    task = ScanTask(root=self.options.root, topic_path="/".join(topic.relative_path()),
+                                    topic=display, partition=index, ranges=tuple(piece), slot_range=slot_range,
+                                    fail_on_data_loss=self.options.fail_on_data_loss, redelivery=counts,
+                                    compacted=None if view is None else (int(view[0]), str(view[1])))
+                    out.append(ScanPartition([task]))
         return out
 
     def settle(self, consumer: str, start: dict[str, Any]) -> None:
@@ -414,6 +415,26 @@ class PartitionPlanner:
                 fn = ack_range
 
             part.store.update(fn)
+
+
+def _split_ranges(ranges: list[tuple[int, int]], limit: int | None) -> list[list[tuple[int, int]]]:
+    """Cut offset ranges into pieces of at most ``limit`` offsets (``maxRecordsPerPartition``, as in
+    Spark's Kafka source): more tasks for a big backlog, at the price of a key's messages in one
+    batch landing in several tasks.  Without a limit, one piece."""
+    if not limit:
+        return [ranges]
+    pieces: list[list[tuple[int, int]]] = [[]]
+    room = limit
+    for start, stop in ranges:
+        while start < stop:
+            take = min(stop - start, room)
+            pieces[-1].append((start, start + take))
+            start += take
+            room -= take
+            if room == 0:
+                pieces.append([])
+                room = limit
+    return [p for p in pieces if p]
 
 
 def parse_starting_offsets(planner: PartitionPlanner, options: SourceOptions, *, default: str) -> dict[str, int]:

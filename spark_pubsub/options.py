@@ -60,6 +60,9 @@ class SourceOptions(_Options):
     max_trigger_delay: str = Field("15m", alias="maxtriggerdelay", title="maxTriggerDelay")
     fail_on_data_loss: bool = Field(True, alias="failondataloss", title="failOnDataLoss")
     min_partitions: int | None = Field(None, alias="minpartitions", title="minPartitions", gt=0)
+    max_records_per_partition: int | None = Field(
+        None, alias="maxrecordsperpartition", title="maxRecordsPerPartition", gt=0
+    )
     read_compacted: bool = Field(False, alias="readcompacted", title="readCompacted")
     subscription: str | None = Field(None, alias="subscription", title="subscription")
     subscription_type: Literal["Exclusive", "Failover", "Shared", "Key_Shared"] = Field(
