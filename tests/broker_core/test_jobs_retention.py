@@ -554,6 +554,21 @@ def test_jobs_killed_at_random_points_lose_nothing_and_keep_the_table_readable(t
     kills_mid_run = 0
     last_steps: list[int] = []  # steps completed before the kill: the kills spread over the job mix
     try:
+        # calibrate: how long does an unkilled run take on this machine?  The kills then land
+        # anywhere within it, however fast or loaded the machine is.
+        calibration = tmp_path / "calibration"
+        shutil.copytree(template, calibration)
+        server.stdin.write(json.dumps({"root": str(calibration), "seed": 999, "steps": 40, "rows": rows}) + "\n")
+        server.stdin.flush()
+        line = server.stdout.readline().strip()
+        while not line.startswith("started "):
+            line = server.stdout.readline().strip()
+            assert line, "the fork server died"
+        run_started = time.monotonic()
+        while not line.startswith("exit "):
+            line = server.stdout.readline().strip()
+            assert line, "the fork server died"
+        run_seconds = max(0.02, time.monotonic() - run_started)
         for trial in range(trials):
             root = tmp_path / f"trial{trial}"
             shutil.copytree(template, root)
@@ -566,7 +581,7 @@ def test_jobs_killed_at_random_points_lose_nothing_and_keep_the_table_readable(t
                 lines.append(server.stdout.readline().strip())
                 assert lines[-1], "the fork server died"
             pid = int(next(line for line in lines if line.startswith("pid ")).split()[1])
-            time.sleep(rng.uniform(0.0, 0.35))
+            time.sleep(rng.uniform(0.0, 0.9 * run_seconds))
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             while not lines[-1].startswith("exit "):
