@@ -8,13 +8,13 @@ their next poll, which is a stat of the next version file.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable
 
 from broker_core.cursor import Cursor
 from broker_core.errors import InvalidConfiguration
 from broker_core.state_store import VersionedState
 from broker_core.storage import FileIO
+from broker_core.waiters import Waiters
 
 _SUBSCRIPTION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,254}$")
 CURSORS_DIR = "_cursors"
@@ -31,15 +31,14 @@ def validate_subscription_name(name: object) -> str:
     return name
 
 
-class CursorStore:
+class CursorStore(Waiters):
     """The cursor of one subscription on one internal topic."""
 
     def __init__(self, io: FileIO, topic_path: str, subscription: str) -> None:
         self.topic_path = topic_path
         self.subscription = validate_subscription_name(subscription)
+        super().__init__()
         self.state = VersionedState(io, f"{topic_path}/{CURSORS_DIR}/{subscription}", keep_versions=50)
-        self._waiters: set[threading.Event] = set()
-        self._waiters_lock = threading.Lock()
 
     def load(self) -> tuple[int, Cursor | None]:
         """The newest cursor version (polls storage); None if the subscription does not exist."""
@@ -66,19 +65,6 @@ class CursorStore:
         cursor = Cursor.from_json(doc)
         return None if cursor.deleted else cursor
 
-    def add_waiter(self, event: threading.Event) -> None:
-        with self._waiters_lock:
-            self._waiters.add(event)
-
-    def remove_waiter(self, event: threading.Event) -> None:
-        with self._waiters_lock:
-            self._waiters.discard(event)
-
-    def notify(self) -> None:
-        with self._waiters_lock:
-            waiters = list(self._waiters)
-        for event in waiters:
-            event.set()
 
 
 def list_subscriptions(io: FileIO, topic_path: str) -> list[str]:

@@ -35,6 +35,7 @@ from broker_core.log.transaction_log import NothingToCommit, TransactionLog
 from broker_core.message_id import MessageId
 from broker_core.segment import SEGMENT_SCHEMA, CompressionType, decode_segment, delta_schema_string, encode_segment
 from broker_core.storage import FileIO
+from broker_core.waiters import Waiters
 
 _SEGMENT_CACHE_ENTRIES = 4
 
@@ -126,7 +127,7 @@ def _chunks_follow_head(table: pa.Table, keep: np.ndarray) -> np.ndarray:
     return keep[head_of]
 
 
-class TopicLog:
+class TopicLog(Waiters):
     """An internal topic (one partition, or a non-partitioned topic) on storage.
 
     Args:
@@ -144,6 +145,7 @@ class TopicLog:
         max_retries: int = 1000,
         background_checkpoints: bool = False,
     ) -> None:
+        super().__init__()
         self.io = io
         self.path = path
         self.log = TransactionLog(
@@ -153,8 +155,6 @@ class TopicLog:
             max_retries=max_retries,
             background_checkpoints=background_checkpoints,
         )
-        self._waiters: set[threading.Event] = set()
-        self._waiters_lock = threading.Lock()
         self._cache: OrderedDict[str, pa.Table] = OrderedDict()
         self._cache_lock = threading.Lock()
 
@@ -180,20 +180,6 @@ class TopicLog:
     def snapshot(self) -> Snapshot:
         return self.log.snapshot()
 
-    def add_waiter(self, event: threading.Event) -> None:
-        """Have ``event`` set whenever this process commits to the topic (in-process push)."""
-        with self._waiters_lock:
-            self._waiters.add(event)
-
-    def remove_waiter(self, event: threading.Event) -> None:
-        with self._waiters_lock:
-            self._waiters.discard(event)
-
-    def notify(self) -> None:
-        with self._waiters_lock:
-            waiters = list(self._waiters)
-        for event in waiters:
-            event.set()
 
     # -- writing ------------------------------------------------------------------------------------
 
