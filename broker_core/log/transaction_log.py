@@ -16,6 +16,7 @@ import random
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -71,7 +72,7 @@ class TransactionLog:
         self.background_checkpoints = background_checkpoints
         self._lock = threading.RLock()
         self._snapshot: Snapshot | None = None
-        self._pending_checkpoint: Snapshot | None = None
+        self._pending_checkpoints: deque[Snapshot] = deque()
         self._checkpointer: threading.Thread | None = None
         self._checkpoint_lock = threading.Lock()
         self._verified_s = time.monotonic()
@@ -240,7 +241,7 @@ class TransactionLog:
             write_checkpoint(self.io, self.table_path, snapshot)
             return
         with self._checkpoint_lock:
-            self._pending_checkpoint = snapshot
+            self._pending_checkpoints.append(snapshot)  # every interval gets its checkpoint, in order
             if self._checkpointer is None or not self._checkpointer.is_alive():
                 self._checkpointer = threading.Thread(target=self._drain_checkpoints, daemon=True,
                                                       name=f"pubsub-checkpoint-{self.table_path}")
@@ -249,10 +250,10 @@ class TransactionLog:
     def _drain_checkpoints(self) -> None:
         while True:
             with self._checkpoint_lock:
-                snapshot, self._pending_checkpoint = self._pending_checkpoint, None
-                if snapshot is None:
+                if not self._pending_checkpoints:
                     self._checkpointer = None
                     return
+                snapshot = self._pending_checkpoints.popleft()
             try:
                 write_checkpoint(self.io, self.table_path, snapshot)
             except Exception:  # a later interval or a reopening process writes the next one
