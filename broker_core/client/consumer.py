@@ -23,6 +23,7 @@ from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.args import check_type, check_type_or_none
 from broker_core.client.dead_letters import DeadLetters
 from broker_core.client.policies import ConsumerBatchReceivePolicy
+from broker_core.client.receive_batch import collect_batch
 from broker_core.client.subscription_part import SubscriptionPart
 from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import (
@@ -174,38 +175,8 @@ class Consumer:
                 self._cv.wait(timeout=remaining)
 
     def batch_receive(self) -> list[Message]:
-        """Messages up to the batch receive policy's limits, waiting at most its timeout.
-
-        As in the official client, a batch never goes over the byte limit unless its first message
-        alone does, and a negative ``timeout_ms`` waits until a limit is reached.
-        """
-        policy = self._batch_policy
-        deadline = None if policy.timeout_ms < 0 else time.monotonic() + policy.timeout_ms / 1000
-        out: list[Message] = []
-        size = 0
-        with self._cv:
-            while True:
-                self._check_open()
-                full = False
-                while self._queue:
-                    nxt = len(self._queue[0].data())
-                    if out and (
-                        (policy.max_num_message > 0 and len(out) >= policy.max_num_message)
-                        or (policy.max_num_bytes > 0 and size + nxt > policy.max_num_bytes)
-                    ):
-                        full = True
-                        break
-                    out.append(self._take())
-                    size += nxt
-                full = (
-                    full
-                    or (policy.max_num_message > 0 and len(out) >= policy.max_num_message)
-                    or (policy.max_num_bytes > 0 and size >= policy.max_num_bytes)
-                )
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if full or (remaining is not None and remaining <= 0):
-                    return out
-                self._cv.wait(timeout=remaining)
+        """Messages up to the batch receive policy's limits, waiting at most its timeout."""
+        return collect_batch(self._cv, self._queue, self._take, self._check_open, self._batch_policy)
 
     def _listen(self) -> None:
         while not self._closed:

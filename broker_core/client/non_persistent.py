@@ -38,6 +38,7 @@ from broker_core.client.policies import (
     ConsumerDeadLetterPolicy,
     RegexSubscriptionMode,
 )
+from broker_core.client.receive_batch import collect_batch
 from broker_core.cursor import ConsumerType
 from broker_core.errors import (
     AlreadyClosed,
@@ -613,24 +614,7 @@ class NonPersistentConsumer:
 
     def batch_receive(self) -> list[Message]:
         """Messages up to the batch receive policy's limits, waiting at most its timeout."""
-        policy = self._batch_policy
-        deadline = time.monotonic() + max(policy.timeout_ms, 0) / 1000
-        out: list[Message] = []
-        size = 0
-        with self._cv:
-            while True:
-                self._check_open()
-                while self._queue and (policy.max_num_message <= 0 or len(out) < policy.max_num_message) and (
-                        policy.max_num_bytes <= 0 or size < policy.max_num_bytes):
-                    msg = self._take()
-                    out.append(msg)
-                    size += len(msg.data())
-                full = (policy.max_num_message > 0 and len(out) >= policy.max_num_message) or (
-                    policy.max_num_bytes > 0 and size >= policy.max_num_bytes)
-                remaining = deadline - time.monotonic()
-                if full or remaining <= 0:
-                    return out
-                self._cv.wait(timeout=remaining)
+        return collect_batch(self._cv, self._queue, self._take, self._check_open, self._batch_policy)
 
     def _listen(self) -> None:
         while not self._closed:
