@@ -227,11 +227,12 @@ class Cursor:
         arr = arr[arr >= self.mark_delete]
         if not len(arr):
             return
-        self.acked.add_offsets(arr.tolist())
+        self.acked.add_offsets(arr)
         for rs in self.claims.values():
-            rs.remove_offsets(arr.tolist())
-        for off in arr.tolist():
-            self.redelivery.pop(off, None)
+            rs.remove_offsets(arr)
+        if self.redelivery:
+            for off in arr.tolist():
+                self.redelivery.pop(off, None)
         self._advance()
 
     def ack_cumulative(self, offset: int) -> None:

@@ -136,8 +136,22 @@ class Message:
         return f"Message(id={self._message_id}, topic={self._topic!r}, key={self._key!r}, value={size})"
 
 
-def _ms(column: pa.ChunkedArray | pa.Array) -> list[int | None]:
+def _values(table: pa.Table, name: str) -> list[Any]:
+    """A column as Python values; an all-null column (most optional fields) skips the conversion."""
+    column = table.column(name)
+    if column.null_count == len(column):
+        return [None] * len(column)
+    return column.to_pylist()
+
+
+def _ms(table: pa.Table, name: str) -> list[int | None]:
+    """A timestamp column (us) as whole milliseconds."""
+    column = table.column(name)
+    if column.null_count == len(column):
+        return [None] * len(column)
     ints = column.cast(pa.int64())
+    if column.null_count == 0:
+        return (ints.to_numpy() // 1000).tolist()
     return [None if v is None else v // 1000 for v in ints.to_pylist()]
 
 
@@ -152,43 +166,49 @@ def messages_from_rows(
     topic: str,
     schema: Schema | None = None,
 ) -> list[Message]:
-    """Build ``Message`` objects from segment rows (one per row; chunks are not merged here)."""
+    """Build ``Message`` objects from segment rows (one per row; chunks are not merged here).
+
+    This runs once per received message, so it converts each column in one call and builds each
+    ``Message`` positionally (field order as declared above).
+    """
     values = table.column("value").to_pylist()
-    keys = table.column("key").to_pylist()
-    ordering = table.column("ordering_key").to_pylist()
-    props = table.column("properties").to_pylist()
-    producers = table.column("producer_name").to_pylist()
-    seqs = table.column("sequence_id").to_pylist()
-    publish = _ms(table.column("publish_time"))
-    event = _ms(table.column("event_time"))
-    deliver = _ms(table.column("deliver_at"))
-    versions = table.column("schema_version").to_pylist()
-    hashes = table.column("sticky_key_hash").to_pylist()
-    entry_list = [int(e) for e in entry_ids.tolist()]
-    batch_list = [int(b) for b in batch_indexes.tolist()]
-    offset_list = offsets.tolist()
-    out: list[Message] = []
-    for i in range(table.num_rows):
-        out.append(
-            Message(
-                _data=values[i],
-                _key=keys[i],
-                _ordering_key=ordering[i],
-                _properties=dict(props[i]) if props[i] else {},
-                _producer_name=producers[i],
-                _sequence_id=seqs[i],
-                _publish_time_ms=publish[i] or 0,
-                _event_time_ms=event[i] or 0,
-                _deliver_at_ms=deliver[i],
-                _schema_version=versions[i],
-                _message_id=MessageId._trusted(partition, ledger_id, entry_list[i], batch_list[i]),
-                _topic=topic,
-                _schema=schema,
-                _offset=offset_list[i],
-                _sticky_key_hash=hashes[i],
-            )
+    keys = _values(table, "key")
+    ordering = _values(table, "ordering_key")
+    props = _values(table, "properties")
+    producers = _values(table, "producer_name")
+    seqs = _values(table, "sequence_id")
+    publish = _ms(table, "publish_time")
+    event = _ms(table, "event_time")
+    deliver = _ms(table, "deliver_at")
+    versions = _values(table, "schema_version")
+    hashes = _values(table, "sticky_key_hash")
+    trusted_id = MessageId._trusted
+    new = Message
+    return [
+        new(
+            value,
+            key,
+            ordering_key,
+            dict(prop) if prop else {},
+            producer,
+            seq,
+            published or 0,
+            event_ms or 0,
+            deliver_ms,
+            version,
+            trusted_id(partition, ledger_id, entry, batch),
+            topic,
+            0,
+            schema,
+            offset,
+            sticky_hash or 0,
         )
-    return out
+        for value, key, ordering_key, prop, producer, seq, published, event_ms, deliver_ms, version, entry, batch,
+        offset, sticky_hash in zip(
+            values, keys, ordering, props, producers, seqs, publish, event, deliver, versions,
+            entry_ids.tolist(), batch_indexes.tolist(), offsets.tolist(), hashes, strict=True,
+        )
+    ]
 
 
 __all__ = ["BytesSchema", "Message", "Schema", "StringSchema", "messages_from_rows"]

@@ -38,15 +38,9 @@ class RangeSet:
         self._starts[i:j] = [start]
         self._ends[i:j] = [end]
 
-    def add_offsets(self, offsets: Iterable[int]) -> None:
-        """Add single offsets (sorted input is fastest: runs become one range each)."""
-        arr = np.unique(np.fromiter(offsets, dtype=np.int64))
-        if not len(arr):
-            return
-        breaks = np.nonzero(np.diff(arr) != 1)[0]
-        starts = np.concatenate(([arr[0]], arr[breaks + 1]))
-        ends = np.concatenate((arr[breaks], [arr[-1]])) + 1
-        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+    def add_offsets(self, offsets: Iterable[int] | np.ndarray) -> None:
+        """Add single offsets (each run of consecutive offsets is one ``add``)."""
+        for s, e in _runs(offsets):
             self.add(s, e)
 
     def remove(self, start: int, end: int) -> None:
@@ -67,9 +61,12 @@ class RangeSet:
         self._starts[i:j] = out_s
         self._ends[i:j] = out_e
 
-    def remove_offsets(self, offsets: Iterable[int]) -> None:
-        for off in offsets:
-            self.remove(int(off), int(off) + 1)
+    def remove_offsets(self, offsets: Iterable[int] | np.ndarray) -> None:
+        """Remove single offsets (each run of consecutive offsets is one ``remove``)."""
+        if not self._starts:
+            return
+        for s, e in _runs(offsets):
+            self.remove(s, e)
 
     def remove_below(self, floor: int) -> None:
         """Drop everything below ``floor``."""
@@ -120,6 +117,18 @@ class RangeSet:
 
     def __repr__(self) -> str:
         return f"RangeSet({self.to_json()})"
+
+
+def _runs(offsets: Iterable[int] | np.ndarray) -> list[tuple[int, int]]:
+    """The distinct offsets as half-open runs ``[start, end)``, in order: acks come in long runs."""
+    arr = offsets if isinstance(offsets, np.ndarray) else np.fromiter(offsets, dtype=np.int64)
+    arr = np.unique(arr.astype(np.int64, copy=False))
+    if not len(arr):
+        return []
+    breaks = np.nonzero(np.diff(arr) != 1)[0]
+    starts = np.concatenate(([arr[0]], arr[breaks + 1]))
+    ends = np.concatenate((arr[breaks], [arr[-1]])) + 1
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
 __all__ = ["RangeSet"]

@@ -40,6 +40,7 @@ class PendingMessage:
     num_chunks: int | None = None
     chunk_total_size_bytes: int | None = None
     enqueued_s: float = 0.0
+    wants_id: bool = True  # False for a send_async without callback: nobody reads its MessageId
 
     @property
     def is_chunk(self) -> bool:

@@ -74,6 +74,7 @@ class Consumer:
         self._name = consumer_name
         self._type = consumer_type
         self._queue_size = receiver_queue_size
+        self._refill_below = receiver_queue_size // 2  # the dispatcher refills the queue below this
         self._listener = message_listener
         self._ack_timeout_s = None if not unacked_messages_timeout_ms else unacked_messages_timeout_ms / 1000
         self._nack_delay_ms = negative_ack_redelivery_delay_ms
@@ -97,7 +98,8 @@ class Consumer:
         self._poll_s = client._poll_ms / 1000
         self._ack_group_s = 0.1
         self._clock = client._clock
-        self._cv = threading.Condition()
+        self._lock = threading.RLock()  # hot paths enter the lock directly: Condition's __enter__ is Python
+        self._cv = threading.Condition(self._lock)
         self._queue: deque[Message] = deque()
         self._unacked: dict[tuple[int, int], tuple[Message, float | None]] = {}
         self._pending_acks: dict[int, list[int]] = {}
@@ -152,7 +154,7 @@ class Consumer:
         msg = self._queue.popleft()
         deadline = None if self._ack_timeout_s is None else time.monotonic() + self._ack_timeout_s
         self._unacked[(msg._source, msg._offset)] = (msg, deadline)
-        if len(self._queue) < self._queue_size // 2 and not self._wake.is_set():
+        if len(self._queue) < self._refill_below and not self._wake.is_set():
             self._wake.set()  # (setting a set Event again only costs a lock round trip per message)
         return msg
 
@@ -160,11 +162,14 @@ class Consumer:
         """The next message; ``Timeout`` if none arrives within ``timeout_millis`` (None: wait forever)."""
         if self._listener is not None:
             raise InvalidConfiguration("receive() cannot be used on a consumer with a message_listener")
-        check_type_or_none(int, timeout_millis, "timeout_millis")
-        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
-        with self._cv:
+        deadline = None
+        if timeout_millis is not None:
+            check_type_or_none(int, timeout_millis, "timeout_millis")
+            deadline = time.monotonic() + timeout_millis / 1000
+        with self._lock:
             while True:
-                self._check_open()
+                if self._closed:
+                    self._check_open()
                 if self._queue:
                     return self._take()
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -218,8 +223,18 @@ class Consumer:
     def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge one message (grouped and committed within ``ack_group_time``)."""
         self._check_open()
+        if type(message) is Message and message._chunk_offsets is None:  # the common case, kept cheap
+            source, offset = message._source, message._offset
+            with self._lock:
+                self._unacked.pop((source, offset), None)
+                pending = self._pending_acks.get(source)
+                if pending is None:
+                    self._pending_acks[source] = [offset]
+                else:
+                    pending.append(offset)
+            return
         source, offsets = self._locate(message)
-        with self._cv:
+        with self._lock:
             for off in offsets:
                 self._unacked.pop((source, off), None)
             self._pending_acks.setdefault(source, []).extend(offsets)

@@ -11,6 +11,7 @@ so a callback means the message is durable.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 import uuid
@@ -129,7 +130,8 @@ class Producer:
         self._partition_names = list(partitions)
         self._lease_ms = config.producer_lease_ms
         self._clock = client._clock
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()  # the send path enters it directly: Condition's __enter__ is Python
+        self._cond = threading.Condition(self._lock)
         self._done_cond = threading.Condition()
         self._pending_total = 0
         self._closed = False
@@ -415,25 +417,38 @@ class Producer:
         if self._failure is not None:
             raise self._failure
         data = None if content is None else self._schema.encode(content)
-        props = check_str_map(properties, "properties")
-        check_type_or_none(str, partition_key, "partition_key")
-        check_type_or_none(str, ordering_key, "ordering_key")
-        check_type_or_none(int, sequence_id, "sequence_id")
-        check_type_or_none(list, replication_clusters, "replication_clusters")
-        check_type(bool, disable_replication, "disable_replication")
-        check_type_or_none(int, event_timestamp, "event_timestamp")
-        check_type_or_none(int, deliver_at, "deliver_at")
-        check_type_or_none(timedelta, deliver_after, "deliver_after")
-        if sequence_id is not None and sequence_id < 0:
-            raise InvalidConfiguration(f"argument 'sequence_id' must be >= 0, got {sequence_id}")
+        props = None
+        if not (
+            properties is None
+            and partition_key is None
+            and ordering_key is None
+            and sequence_id is None
+            and replication_clusters is None
+            and disable_replication is False
+            and event_timestamp is None
+            and deliver_at is None
+            and deliver_after is None
+        ):  # the plain send skips the argument checks: they cost more than the rest of the send
+            props = check_str_map(properties, "properties")
+            check_type_or_none(str, partition_key, "partition_key")
+            check_type_or_none(str, ordering_key, "ordering_key")
+            check_type_or_none(int, sequence_id, "sequence_id")
+            check_type_or_none(list, replication_clusters, "replication_clusters")
+            check_type(bool, disable_replication, "disable_replication")
+            check_type_or_none(int, event_timestamp, "event_timestamp")
+            check_type_or_none(int, deliver_at, "deliver_at")
+            check_type_or_none(timedelta, deliver_after, "deliver_after")
+            if sequence_id is not None and sequence_id < 0:
+                raise InvalidConfiguration(f"argument 'sequence_id' must be >= 0, got {sequence_id}")
         publish_ms = self._clock.now_ms()
         deliver_ms = deliver_at
         if deliver_after is not None:
             deliver_ms = publish_ms + int(deliver_after.total_seconds() * 1000)
         size = len(data) if data is not None else 0
-        if size > self._max_message_size and not self._chunking:
+        max_size = self._max_message_size
+        if size > max_size and not self._chunking:
             raise MessageTooBig(
-                f"message of {size} bytes exceeds maxMessageSize={self._max_message_size} on {self._topic}; "
+                f"message of {size} bytes exceeds maxMessageSize={max_size} on {self._topic}; "
                 "enable chunking (chunking_enabled=True, batching off) or send smaller messages",
                 topic=str(self._topic),
             )
@@ -461,47 +476,69 @@ class Producer:
                 )
             partition = self._router.choose(partition_key, routed)
         ordering = ordering_key.encode("utf-8") if ordering_key else None
-        with self._cond:
+        with self._lock:
             if sequence_id is None:
                 seq = self._next_sequence_id
                 self._next_sequence_id += 1
             else:
                 seq = sequence_id
-            pieces = self._split(data, size, seq)
-            self._wait_for_space(partition, len(pieces))
             q = self._queues[partition]
             now = time.monotonic()
             was_empty = not q.messages
-            for index, (chunk, chunk_fields) in enumerate(pieces):
-                pending = PendingMessage(
-                    value=chunk,
-                    key=partition_key,
-                    ordering_key=ordering,
-                    properties=props,
-                    sequence_id=seq,
-                    publish_time_ms=publish_ms,
-                    event_time_ms=event_timestamp,
-                    deliver_at_ms=deliver_ms,
-                    size_bytes=len(chunk) if chunk is not None else 0,
-                    enqueued_s=now,
-                    callback=callback if index == len(pieces) - 1 else None,
-                    **chunk_fields,
-                )
+            bytes_before = q.bytes
+            pending = PendingMessage(
+                data, partition_key, ordering, props, seq, publish_ms, event_timestamp, deliver_ms, size, callback
+            )
+            pending.enqueued_s = now
+            pending.wants_id = flush or callback is not None
+            if data is None or size <= max_size:
+                self._wait_for_space(partition, 1)
                 q.messages.append(pending)
-                q.bytes += pending.size_bytes
+                q.bytes += size
                 q.enqueued += 1
-            self._pending_total += len(pieces)
+                self._pending_total += 1
+            else:
+                pending = self._enqueue_chunks(q, partition, pending, max_size)
             if flush:
                 q.flush_target = q.enqueued
-            # wake the sender only when it has something new to decide
-            if was_empty or flush or len(q.messages) >= self._batch_max_messages or q.bytes >= self._batch_max_bytes:
+            # Wake the sender only when it has something new to decide: a first message (its batch delay
+            # starts), a flush, or a batch limit just reached.  Past a limit it needs no more wake-ups: it
+            # looks at every queue again after each commit.
+            count = len(q.messages)
+            if (
+                was_empty
+                or flush
+                or (count >= self._batch_max_messages and count - 1 < self._batch_max_messages)
+                or (q.bytes >= self._batch_max_bytes > bytes_before)
+            ):
                 self._cond.notify_all()
         return pending
 
-    def _split(self, data: bytes | None, size: int, seq: int) -> list[tuple[bytes | None, dict[str, Any]]]:
-        if data is None or size <= self._max_message_size:
-            return [(data, {})]
-        chunk_size = self._max_message_size
+    def _enqueue_chunks(
+        self, q: _PartitionQueue, partition: int, whole: PendingMessage, max_size: int
+    ) -> PendingMessage:
+        """Queue a message too big for one entry as its chunks (the last one carries the callback)."""
+        assert whole.value is not None
+        pieces = self._split(whole.value, whole.size_bytes, max_size, whole.sequence_id)
+        self._wait_for_space(partition, len(pieces))
+        chunks = [
+            dataclasses.replace(
+                whole,
+                value=chunk,
+                size_bytes=len(chunk),
+                callback=whole.callback if index == len(pieces) - 1 else None,
+                **chunk_fields,
+            )
+            for index, (chunk, chunk_fields) in enumerate(pieces)
+        ]
+        for chunk_msg in chunks:
+            q.messages.append(chunk_msg)
+            q.bytes += chunk_msg.size_bytes
+            q.enqueued += 1
+        self._pending_total += len(chunks)
+        return chunks[-1]
+
+    def _split(self, data: bytes, size: int, chunk_size: int, seq: int) -> list[tuple[bytes, dict[str, Any]]]:
         count = (size + chunk_size - 1) // chunk_size
         chunk_uuid = f"{self._name}-{seq}-{uuid.uuid4().hex[:8]}"
         return [
@@ -512,15 +549,15 @@ class Producer:
             for i in range(count)
         ]
 
-    def _wait_for_space(self, partition: int, needed: int) -> None:
-        def full() -> bool:
-            total = self._pending_total
-            return (
-                len(self._queues[partition].messages) + needed > self._max_pending
-                and len(self._queues[partition].messages) > 0
-            ) or (self._max_pending_total > 0 and total + needed > self._max_pending_total and total > 0)
+    def _full(self, partition: int, needed: int) -> bool:
+        queued = len(self._queues[partition].messages)
+        total = self._pending_total
+        return (queued + needed > self._max_pending and queued > 0) or (
+            self._max_pending_total > 0 and total + needed > self._max_pending_total and total > 0
+        )
 
-        while full():
+    def _wait_for_space(self, partition: int, needed: int) -> None:
+        while self._full(partition, needed):
             if not self._block:
                 raise ProducerQueueIsFull(
                     f"producer {self._name!r} has {self._max_pending} pending messages on {self._topic}; "
@@ -605,25 +642,31 @@ class Producer:
                 msg.error = error
             self._resolve(q, batch)
             return
-        ledger = q.log.log.cached_snapshot().ledger_id
-        kept = result.kept
-        if result.segment is not None:
-            offsets = result.segment.base_offset + np.cumsum(kept) - 1
-            entries, batches = q.log.ids_for_offsets(offsets[kept])
-            entry_list, batch_list = entries.tolist(), batches.tolist()
-        i = 0
-        for row, msg in enumerate(ordered):
-            if kept[row]:
-                msg.result = MessageId(
-                    partition=partition, ledger_id=ledger, entry_id=entry_list[i], batch_index=batch_list[i]
-                )
-                i += 1
-            else:
-                msg.result = MessageId(partition=partition, ledger_id=-1, entry_id=-1, batch_index=-1)
+        if any(msg.wants_id for msg in ordered):  # a plain send_async has nobody to hand its id to
+            self._assign_ids(q, partition, ordered, result.kept, result.segment)
         seq_max = max(msg.sequence_id for msg in batch)
         with self._cond:
             self._last_sequence_id = max(self._last_sequence_id, seq_max)
         self._resolve(q, batch)
+
+    def _assign_ids(
+        self, q: _PartitionQueue, partition: int, ordered: list[PendingMessage], kept: np.ndarray, segment: Any
+    ) -> None:
+        """Set the ``MessageId`` of each committed message (-1s for a duplicate dropped by dedup)."""
+        ledger = q.log.log.cached_snapshot().ledger_id
+        entry_list: list[int] = []
+        batch_list: list[int] = []
+        if segment is not None:
+            offsets = segment.base_offset + np.cumsum(kept) - 1
+            entries, batches = q.log.ids_for_offsets(offsets[kept])
+            entry_list, batch_list = entries.tolist(), batches.tolist()
+        i = 0
+        for was_kept, msg in zip(kept.tolist(), ordered, strict=True):
+            if was_kept:
+                msg.result = MessageId._trusted(partition, ledger, entry_list[i], batch_list[i])
+                i += 1
+            else:
+                msg.result = MessageId._trusted(partition, -1, -1, -1)
 
     def _deadline(self, since_s: float) -> float | None:
         """When a send begun at ``since_s`` (monotonic) times out; None without a send timeout."""

@@ -19,6 +19,9 @@ OPS = st.lists(
         st.tuples(st.just("remove"), SPAN),
         st.tuples(st.just("add_offsets"), st.lists(OFFSET, max_size=15)),
         st.tuples(st.just("remove_offsets"), st.lists(OFFSET, max_size=15)),
+        # cursors pass numpy arrays (acks arrive as arrays of offsets, in any order, with repeats)
+        st.tuples(st.just("add_offsets"), st.lists(OFFSET, max_size=15).map(lambda v: np.array(v, np.int64))),
+        st.tuples(st.just("remove_offsets"), st.lists(OFFSET, max_size=15).map(lambda v: np.array(v, np.int64))),
         st.tuples(st.just("remove_below"), OFFSET),
     ),
     max_size=40,
@@ -36,10 +39,10 @@ def apply(rs: RangeSet, model: set[int], op: str, arg: Any) -> None:
         model.difference_update(range(start, end))
     elif op == "add_offsets":
         rs.add_offsets(arg)
-        model.update(arg)
+        model.update(int(o) for o in arg)
     elif op == "remove_offsets":
         rs.remove_offsets(arg)
-        model.difference_update(arg)
+        model.difference_update(int(o) for o in arg)
     else:
         rs.remove_below(arg)
         model.difference_update(range(0, arg))
