@@ -24,6 +24,12 @@ b. write: the plain Parquet copy read by Spark's file source (streaming) and wri
    when ``spark_pubsub/sink.py`` does not exist);
 c. parallelism: a 1-partition topic read with ``minPartitions=8`` vs ``minPartitions=1``.
 
+Reference rows (no goal): the floor of the Python Data Source API itself, a streaming source defined
+here that reads no storage at all and yields one pre-built record batch of the pubsub source's
+schema (same row count, same 100-byte values) over and over, in one task and in two.  Whatever
+this costs is Spark's Arrow-to-row conversion and the per-query Python process, which the pubsub
+source pays too and cannot go below.
+
 This is a benchmark, not a test: nothing is asserted.  Each figure is the best of ``--repeats``
 runs (default 2; the first run of a query warms the Python workers).  On a machine with other load,
 rerun before trusting a single figure.
@@ -55,6 +61,77 @@ from broker_core.naming import TopicName  # noqa: E402
 
 CHUNK = 250_000
 TOPIC = "bench"
+FLOOR_BATCH_ROWS = 65_536  # the pubsub source's own batch size (broker_core.scan)
+
+
+def floor_source() -> type:
+    """A streaming data source that yields a pre-built ``SOURCE_SCHEMA`` batch (no storage work).
+
+    Options: ``rows`` in total, split over ``tasks`` input partitions.  Defined in a function so that
+    Spark pickles the classes by value to its Python processes.
+    """
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    from spark_pubsub.schema import SOURCE_SCHEMA, to_source_batch
+
+    def prebuilt_batch(n: int) -> pa.RecordBatch:
+        rng = np.random.default_rng(7)
+        values = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(100), n, [None, pa.py_buffer(rng.integers(0, 256, n * 100, dtype=np.uint8).tobytes())]
+        ).cast(pa.binary())
+        utc = pa.timestamp("us", tz="UTC")
+        rows = pa.table({
+            "key": pa.array([f"key-{j % 1000}" for j in range(n)], pa.string()),
+            "value": values,
+            "publish_time": pa.array(np.full(n, 1_700_000_000_000_000, dtype=np.int64)).cast(utc),
+            "event_time": pa.nulls(n, utc),
+            "properties": pa.nulls(n, pa.map_(pa.string(), pa.string())),
+            "producer_name": pa.array(["bench"] * n, pa.string()),
+            "sequence_id": pa.array(np.arange(n, dtype=np.int64)),
+            "ordering_key": pa.nulls(n, pa.binary()),
+            "deliver_at": pa.nulls(n, utc),
+        })
+        return to_source_batch(rows, topic=f"persistent://public/default/{TOPIC}", partition=-1,
+                               offsets=np.arange(n), ledger_id=1_700_000_000_000, entry_ids=np.arange(n),
+                               batch_indexes=np.full(n, -1))
+
+    class FloorReader(DataSourceStreamReader):
+        def __init__(self, rows: int, tasks: int) -> None:
+            self.rows, self.tasks = rows, tasks
+
+        def initialOffset(self) -> dict[str, int]:
+            return {"o": 0}
+
+        def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
+            return {"o": self.rows}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+            total = end["o"] - start["o"]
+            return [InputPartition(total * (i + 1) // self.tasks - total * i // self.tasks)
+                    for i in range(self.tasks)]
+
+        def read(self, partition: InputPartition) -> Any:
+            batch = prebuilt_batch(FLOOR_BATCH_ROWS)
+            left = partition.value
+            while left > 0:
+                yield batch if left >= batch.num_rows else batch.slice(0, left)
+                left -= batch.num_rows
+
+        def commit(self, end: dict[str, int]) -> None:
+            return None
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "pubsub_api_floor"
+
+        def schema(self) -> Any:
+            return SOURCE_SCHEMA
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return FloorReader(int(self.options["rows"]), int(self.options.get("tasks", "1")))
+
+    return FloorSource
 
 
 def make_data(root: Path, plain: Path, n: int) -> float:
@@ -186,11 +263,22 @@ def main() -> None:
         "pubsub source, maxRecordsPerPartition=n/2 (two offset slices)",
         noop(pubsub_read(maxRecordsPerPartition=str(max(1, args.messages // 2)))),
     )
+    spark.dataSource.register(floor_source())
+
+    def floor_read(tasks: int) -> Any:
+        df = spark.readStream.format("pubsub_api_floor").option("rows", str(n)).option("tasks", str(tasks)).load()
+        return noop(df)
+
+    floor_one = run("read", "reference: API floor, pre-built batches, 1 task", floor_read(1))
+    floor_two = run("read", "reference: API floor, pre-built batches, 2 tasks", floor_read(2))
     ratios = [
         ("read: pubsub / Parquet (segment files)", ours / theirs),
         ("read: pubsub / Parquet (plain copy)", ours / plain_read),
         ("read: pubsub minPartitions=2 / Parquet (segments)", both_cores / theirs),
         ("read: pubsub maxRecordsPerPartition / Parquet (segments)", split_offsets / theirs),
+        ("reference: API floor 1 task / Parquet (segments)", floor_one / theirs),
+        ("reference: API floor 2 tasks / Parquet (segments)", floor_two / theirs),
+        ("reference: pubsub / API floor, 1 task each", ours / floor_one),
     ]
 
     print("b. write (streaming, Trigger.AvailableNow; input: Spark's file source over the plain copy)")
@@ -238,7 +326,8 @@ def main() -> None:
     print("\nsummary (time ratios; goal for pubsub / Spark: <= 2.0)")
     print(f"  {'':52} {'ratio':>7}")
     for name, ratio in ratios:
-        goal = "" if name.startswith("minPartitions") else ("  MET" if ratio <= 2.0 else "  MISSED")
+        reference = name.startswith(("minPartitions", "reference"))
+        goal = "" if reference else ("  MET" if ratio <= 2.0 else "  MISSED")
         print(f"  {name:52} {ratio:7.2f}{goal}")
     spark.stop()
     if not args.keep and args.root is None:

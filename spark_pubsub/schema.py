@@ -44,6 +44,21 @@ SOURCE_SCHEMA = StructType(
 ARROW_SOURCE_SCHEMA = to_arrow_schema(SOURCE_SCHEMA, timezone="UTC")
 
 
+def message_id_strings(ledger_id: int, entry_ids: np.ndarray, partition: int, batch_indexes: np.ndarray) -> pa.Array:
+    """``ledger:entry:partition:batch`` per row (``MessageId``'s admin form, which it parses back).
+
+    Joining two varying columns around a constant and inserting the constant prefix is about twice
+    as fast as one four-way join: this runs over every row the source emits.
+    """
+    entries = pa.array(entry_ids).cast(pa.string())
+    if len(batch_indexes) and batch_indexes.min() == batch_indexes.max():  # unbatched (-1) or one batch
+        batches: pa.Array | pa.Scalar = pa.scalar(str(int(batch_indexes[0])))
+    else:
+        batches = pa.array(batch_indexes).cast(pa.string())
+    tail = pc.binary_join_element_wise(entries, batches, f":{partition}:")
+    return pc.utf8_replace_slice(tail, 0, 0, f"{ledger_id}:")
+
+
 def to_source_batch(
     rows: pa.Table,
     *,
@@ -57,18 +72,14 @@ def to_source_batch(
 ) -> pa.RecordBatch:
     """Segment rows of one internal topic as a record batch of ``SOURCE_SCHEMA``."""
     n = rows.num_rows
-    ids = pc.binary_join_element_wise(
-        pa.scalar(str(ledger_id)), pa.array(entry_ids).cast(pa.string()), pa.scalar(str(partition)),
-        pa.array(batch_indexes).cast(pa.string()), ":",
-    )
     counts = np.zeros(n, dtype=np.int32) if redelivery_counts is None else redelivery_counts.astype(np.int32)
     columns = [
         rows.column("key"),
         rows.column("value"),
-        pa.array([topic] * n, pa.string()) if n else pa.array([], pa.string()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array(offsets.astype(np.int64)),
-        ids,
+        message_id_strings(ledger_id, entry_ids, partition, batch_indexes),
         rows.column("publish_time"),
         rows.column("event_time"),
         rows.column("properties"),
@@ -86,4 +97,4 @@ def to_source_batch(
     return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=ARROW_SOURCE_SCHEMA)
 
 
-__all__ = ["ARROW_SOURCE_SCHEMA", "SOURCE_SCHEMA", "to_source_batch"]
+__all__ = ["ARROW_SOURCE_SCHEMA", "SOURCE_SCHEMA", "message_id_strings", "to_source_batch"]
