@@ -146,7 +146,7 @@ class LocalFileIO:
     def put_if_absent(self, path: str, data: bytes) -> bool:
         final = self.abs_path(path)
         directory = os.path.dirname(final)
-        os.makedirs(directory, exist_ok=True)
+        self._make_dirs(directory)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
         try:
             self._write_file(tmp, data)
@@ -166,7 +166,7 @@ class LocalFileIO:
     def write_new(self, path: str, data: bytes | memoryview | pa.Buffer) -> None:
         final = self.abs_path(path)
         directory = os.path.dirname(final)
-        os.makedirs(directory, exist_ok=True)
+        self._make_dirs(directory)
         try:
             fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError as exc:
@@ -185,11 +185,13 @@ class LocalFileIO:
     def replace(self, path: str, data: bytes) -> None:
         final = self.abs_path(path)
         directory = os.path.dirname(final)
-        os.makedirs(directory, exist_ok=True)
+        self._make_dirs(directory)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
         try:
             self._write_file(tmp, data)
             os.replace(tmp, final)
+            if self._fsync:  # the rename itself must survive a power loss
+                self._fsync_dir(directory)
         except OSError as exc:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -237,6 +239,27 @@ class LocalFileIO:
             view = view[written:]
         if self._fsync:
             os.fsync(fd)
+
+    def _make_dirs(self, directory: str) -> None:
+        """Create ``directory`` and missing parents; with fsync on, fsync the parent of each directory
+        created, so that a file committed into a new directory cannot lose the path to it."""
+        if os.path.isdir(directory):
+            return
+        missing: list[str] = []
+        current = directory
+        while not os.path.isdir(current):
+            missing.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise self._error("mkdir", directory, exc) from exc
+        if self._fsync:
+            for created in reversed(missing):
+                self._fsync_dir(os.path.dirname(created))
 
     @staticmethod
     def _fsync_dir(directory: str) -> None:

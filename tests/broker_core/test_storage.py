@@ -116,6 +116,39 @@ def test_write_new_creates_parent_directories(io: LocalFileIO) -> None:
     assert stat.path == "a/b/c/part.parquet"
 
 
+@pytest.mark.parametrize("method", ["write_new", "put_if_absent", "replace"])
+def test_new_directories_and_entries_are_fsynced_into_their_parents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """A power loss must not keep a file yet lose the directory path leading to it."""
+    synced: list[str] = []
+    monkeypatch.setattr(LocalFileIO, "_fsync_dir", staticmethod(lambda d: synced.append(os.path.relpath(d, tmp_path))))
+    io = LocalFileIO(str(tmp_path / "root"))
+    (tmp_path / "root" / "a").mkdir()
+    getattr(io, method)("a/b/c/file", b"data")
+    # a/b and a/b/c were created: each is fsynced into its parent, then the file into a/b/c
+    assert synced == ["root/a", "root/a/b", "root/a/b/c"]
+    synced.clear()
+    getattr(io, method)("a/b/c/file2", b"data")  # nothing new to create: only the entry itself
+    assert synced == ["root/a/b/c"]
+
+
+def test_no_directory_fsync_when_fsync_is_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[str] = []
+    monkeypatch.setattr(LocalFileIO, "_fsync_dir", staticmethod(lambda d: synced.append(d)))
+    io = LocalFileIO(str(tmp_path / "root"), fsync=False)
+    io.write_new("a/b/file", b"x")
+    io.put_if_absent("a/c/file", b"x")
+    io.replace("a/d/file", b"x")
+    assert synced == []
+
+
+def test_a_directory_that_cannot_be_created_is_a_typed_error(io: LocalFileIO) -> None:
+    io.write_new("blocker", b"a file where a directory should go")
+    with pytest.raises(BrokerPersistenceError, match="blocker"):
+        io.write_new("blocker/seg.parquet", b"x")
+
+
 def test_replace_creates_and_overwrites_a_hint_without_leftovers(io: LocalFileIO) -> None:
     io.replace("t/_delta_log/_last_checkpoint", b'{"version":10}')
     assert io.read_bytes("t/_delta_log/_last_checkpoint") == b'{"version":10}'
