@@ -599,14 +599,25 @@ def test_compaction_killed_at_random_moments_leaves_a_whole_view_and_the_whole_l
         waited += time.monotonic() - t0
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        time.sleep(rng.uniform(0.0, 0.3))  # the random moment of the kill, not synchronisation
+        # The kill point is counted in the worker's own events, not in wall-clock time (which depends
+        # on the machine's load): every other trial after its first compaction, the rest after a
+        # random number of appends; then a random few ms more, to land inside the next operation.
+        seen: list[str] = []
+        wanted = "compacted " if trial % 2 == 0 else "ack "
+        target = 1 if trial % 2 == 0 else rng.randint(1, 4)
+        while sum(line.startswith(wanted) for line in seen) < target:
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read() if proc.stderr else "the worker exited"
+            seen.append(line.strip())
+        time.sleep(rng.uniform(0.0, 0.02))  # the random moment of the kill, not synchronisation
         os.kill(proc.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == -signal.SIGKILL, err
         if trial + depth < trials:
             booting.append(spawn(trial + depth))
-        acked = max([int(line.split()[1]) for line in out.splitlines() if line.startswith("ack ")], default=0)
-        compactions += sum(1 for line in out.splitlines() if line.startswith("compacted "))
+        lines = seen + out.splitlines()
+        acked = max([int(line.split()[1]) for line in lines if line.startswith("ack ")], default=0)
+        compactions += sum(1 for line in lines if line.startswith("compacted "))
         t0 = time.monotonic()
         rows = _check_after_kill(root, rows, acked)
         checking += time.monotonic() - t0
