@@ -563,7 +563,11 @@ class Consumer:
         offsets = candidates[fresh & ~held].tolist()
         drained = end >= snap.next_offset
         if self._type == ConsumerType.Failover and offsets:
-            taken, claimed = part.claim_in_order(offsets, now_ms=now_ms)
+            try:
+                taken, claimed = part.claim_in_order(offsets, now_ms=now_ms)
+            except BaseException:
+                part.read_pos = int(candidates[0])  # nothing was delivered: read these again next time
+                raise
             if claimed is None:  # the subscription moved to another consumer since ``cursor`` was read
                 part.active = False
                 part.read_pos = -1

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from broker_core import BrokerConfig, Client, Consumer, ConsumerType, InitialPosition, Message, Timeout
 from broker_core.clock import ManualClock
-from broker_core.errors import InvalidConfiguration
+from broker_core.errors import BrokerPersistenceError, InvalidConfiguration
 from broker_core.failover import FailoverConsumer, active_consumer
 
 EPOCH_MS = 1_700_000_000_000
@@ -213,4 +213,28 @@ def test_only_the_active_consumer_asks_for_redelivery(tmp_path: Path) -> None:
     assert drain(new) == []
     new.close()
     old.close()
+    client.close()
+
+
+def test_a_failed_claim_commit_loses_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The active consumer records what it reads before delivering it; when that commit fails, the
+    same messages are read again at the next round instead of being skipped."""
+    client = make_client(tmp_path)
+    send(client, "0", "1", "2")
+    consumer = failover(client, "only", receiver_queue_size=1)  # rounds of one message
+    part = consumer._parts[0]
+    real = part.claim_in_order
+    failures = {"left": 2}
+
+    def flaky(offsets: list[int], *, now_ms: int) -> Any:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise BrokerPersistenceError("storage hiccup")
+        return real(offsets, now_ms=now_ms)
+
+    with consumer._tick_lock:
+        monkeypatch.setattr(part, "claim_in_order", flaky)
+    assert receive(consumer, 3) == [("0", 0), ("1", 0), ("2", 0)]
+    assert failures["left"] == 0
+    consumer.close()
     client.close()
