@@ -9,7 +9,8 @@ Positions are the topic's dense offsets:
 - ``markDelete``: every offset below it is acknowledged (the mark-delete position + 1);
 - ``acked``: individually acknowledged ranges above it (a batch's messages have offsets of their
   own, so batch-index acknowledgment is simply acking those offsets);
-- ``claims``: for Shared and Key_Shared, the offsets dispatched to each consumer and not acked yet;
+- ``claims``: the offsets dispatched to each consumer and not acked yet (Shared, Key_Shared, and the
+  active consumer of a Failover subscription, so that a switch knows what it hands over);
 - ``redelivery``: how often an unacked offset was handed out again.
 
 ``markDelete`` never moves backwards except through an explicit ``seek``.
@@ -273,6 +274,42 @@ class Cursor:
             )
         self.claims.setdefault(consumer, RangeSet()).add_offsets(offsets)
 
+    def claim_in_order(self, consumer: str, offsets: list[int]) -> list[int]:
+        """Failover: the active consumer takes ``offsets``, read in order from markDelete.
+
+        Unlike a Shared claim this does not skip what others hold: after a switch the new active
+        consumer reads again what the old one received and never acknowledged (the old one may still
+        hold it, having lost the subscription while alive), and after a negative ack or an ack timeout
+        the active consumer rewinds and reads its own messages again.  Taking an offset that someone
+        (this consumer included) still has claimed is therefore a redelivery.  It is counted here, at
+        the one place every redelivery passes, so the count goes up by exactly one per delivery
+        whoever had the message before; a claim dropped when its consumer left was counted then, and
+        is not claimed any more.
+
+        Returns:
+            The offsets taken: ``offsets`` without those acknowledged meanwhile.
+
+        Raises:
+            NotAllowedError: the consumer is not registered (its lease expired).
+        """
+        if consumer not in self.consumers:
+            raise NotAllowedError(
+                f"consumer {consumer!r} is not registered on {self.subscription!r} (its lease expired)",
+                subscription=self.subscription,
+            )
+        arr = np.asarray(offsets, dtype=np.int64)
+        arr = arr[~self.is_acked(arr)]
+        if not len(arr):
+            return []
+        for rs in self.claims.values():
+            held = rs.contains_array(arr)
+            if held.any():
+                again = arr[held]
+                rs.remove_offsets(again)
+                self._count_redelivery(again.tolist())
+        self.claims.setdefault(consumer, RangeSet()).add_offsets(arr)
+        return [int(o) for o in arr.tolist()]
+
     def claimed_by(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
         """All claimed ranges as (starts, ends, owner index, owner names), sorted by start."""
         rows: list[tuple[int, int, int]] = []
@@ -299,7 +336,7 @@ class Cursor:
             self._count_redelivery(held)
 
     def count_redelivery(self, offsets: list[int]) -> None:
-        """Record a redelivery of offsets that were not claimed (Exclusive/Failover nack, timeout)."""
+        """Record a redelivery of offsets that were not claimed (Exclusive nack, ack timeout)."""
         self._count_redelivery(o for o in offsets if o >= self.mark_delete and o not in self.acked)
 
     def _count_redelivery(self, offsets: Any) -> None:

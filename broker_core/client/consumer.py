@@ -478,9 +478,9 @@ class Consumer:
     def _commit_redeliveries(self) -> None:
         with self._cv:
             pending, self._redeliveries = self._redeliveries, {}
+        claimed = self._type in (ConsumerType.Shared, ConsumerType.KeyShared)
         for source, offsets in pending.items():
             part = self._parts[source]
-            claimed = self._type in (ConsumerType.Shared, ConsumerType.KeyShared)
 
             def fn(cursor: Cursor | None, offsets: list[int] = offsets) -> Cursor | None:
                 if cursor is None:
@@ -491,7 +491,12 @@ class Consumer:
                     cursor.count_redelivery(offsets)
                 return cursor
 
-            part.store.update(fn)
+            # Failover: the rewind alone redelivers, and reading a claimed message again counts it
+            # (``Cursor.claim_in_order``).  A consumer that is no longer active rewinds nothing, so its
+            # request is ignored, as Pulsar ignores a resend asked by an inactive consumer: the
+            # messages went to the new active consumer, counted once, at the switch.
+            if self._type != ConsumerType.Failover:
+                part.store.update(fn)
             if not claimed and part.read_pos >= 0:
                 part.read_pos = min(part.read_pos, min(offsets))
             self._seen.pop(source, None)
@@ -512,7 +517,7 @@ class Consumer:
                 offsets, cursor = part.claim(now_ms=now_ms, limit=space, delayed_enabled=self._delayed)
                 drained = len(offsets) < space
             else:
-                offsets, drained = self._read_in_order(part, index, cursor, now_ms, space)
+                offsets, drained, cursor = self._read_in_order(part, index, cursor, now_ms, space)
             if drained:
                 self._seen[index] = marker
             else:
@@ -522,12 +527,13 @@ class Consumer:
 
     def _read_in_order(
         self, part: SubscriptionPart, index: int, cursor: Cursor, now_ms: int, space: int
-    ) -> tuple[list[int], bool]:
-        """Offsets the Exclusive (or active Failover) consumer reads next, and whether it is drained."""
+    ) -> tuple[list[int], bool, Cursor]:
+        """Offsets the Exclusive (or active Failover) consumer reads next, whether it is drained, and
+        the cursor whose redelivery counts the messages carry."""
         if not part.is_active(cursor, now_ms):
             part.active = False
             part.read_pos = -1
-            return [], True
+            return [], True, cursor
         snap = part.log.snapshot()
         if not part.active or part.read_pos < 0:
             part.active = True
@@ -535,7 +541,7 @@ class Consumer:
         part.read_pos = max(part.read_pos, snap.first_offset)
         end = min(snap.next_offset, part.read_pos + space)
         if end <= part.read_pos:
-            return [], True
+            return [], True, cursor
         candidates = np.arange(part.read_pos, end, dtype=np.int64)
         part.read_pos = end
         fresh = ~cursor.is_acked(candidates)
@@ -550,9 +556,24 @@ class Consumer:
                 if msg._source == index:
                     local.update(msg._chunk_offsets or [msg._offset])
             upto = self._pending_cumulative.get(index, -1)
+        for pieces in part.chunks.values():  # chunks buffered until their message is complete
+            local.update(p._offset for p in pieces)
         held = np.fromiter((int(o) in local for o in candidates), dtype=bool, count=len(candidates))
         held |= candidates <= upto
-        return candidates[fresh & ~held].tolist(), end >= snap.next_offset
+        offsets = candidates[fresh & ~held].tolist()
+        drained = end >= snap.next_offset
+        if self._type == ConsumerType.Failover and offsets:
+            try:
+                taken, claimed = part.claim_in_order(offsets, now_ms=now_ms)
+            except BaseException:
+                part.read_pos = int(candidates[0])  # nothing was delivered: read these again next time
+                raise
+            if claimed is None:  # the subscription moved to another consumer since ``cursor`` was read
+                part.active = False
+                part.read_pos = -1
+                return [], True, cursor
+            return taken, drained, claimed
+        return offsets, drained, cursor
 
     def _deliver(self, index: int, part: SubscriptionPart, msgs: list[Message]) -> None:
         ready: list[Message] = []

@@ -260,6 +260,35 @@ class SubscriptionPart:
             self._claimed_rows = (table, offsets)  # messages_for turns the claim into messages from these
         return taken["offsets"], new_cursor_state
 
+    def claim_in_order(self, offsets: list[int], *, now_ms: int) -> tuple[list[int], Cursor | None]:
+        """Failover: record in the cursor what the active consumer is about to deliver.
+
+        The commit is made only while this consumer is the elected one in the newest cursor, so a
+        consumer that just lost the subscription delivers nothing more, and what it was handed stays
+        recorded for the next active consumer to take over, counted once (``Cursor.claim_in_order``).
+
+        Returns:
+            The offsets taken and the cursor after the commit (its redelivery counts go on the
+            messages); ``([], None)`` when this consumer is not the active one, or not registered.
+        """
+        result: dict[str, Any] = {"taken": [], "active": False}
+
+        def fn(latest: Cursor | None) -> Cursor | None:
+            result["taken"], result["active"] = [], False
+            if latest is None or self.consumer_name not in latest.consumers:
+                return None
+            latest.expire_consumers(now_ms)
+            if self.consumer_name not in latest.consumers or not self.is_active(latest, now_ms):
+                return None
+            result["active"] = True
+            result["taken"] = latest.claim_in_order(self.consumer_name, offsets)
+            return latest if result["taken"] else None
+
+        cursor = self.store.update(fn)
+        if not result["active"]:
+            return [], None
+        return result["taken"], cursor
+
     def _holders(self, cursor: Cursor) -> list[RangeSet]:
         """Claims whose rows a dispatch window may leave out (see ``claim``)."""
         if self.sub_type == ConsumerType.Shared:

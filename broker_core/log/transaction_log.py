@@ -12,6 +12,7 @@ slower as the log grows (``docs/PROTOCOL.md``).
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import threading
@@ -20,12 +21,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker_core.errors import CommitConflict, LogCorrupted, TopicNotFound
+from broker_core.errors import BrokerPersistenceError, CommitConflict, LogCorrupted, TopicNotFound
 from broker_core.log.actions import Action, CommitInfo, Metadata, Protocol, decode_actions, encode_actions
 from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, read_checkpoint, read_last_checkpoint, write_checkpoint
 from broker_core.log.snapshot import Snapshot
 from broker_core.storage import FileIO
 
+_LOG = logging.getLogger(__name__)
 ENGINE_INFO = "spark-pubsub/0.1"
 _CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 _COMMIT_RE = re.compile(r"^(\d{20})\.json$")
@@ -127,9 +129,24 @@ class TransactionLog:
             replayed += 1
         self._snapshot = snapshot
         if replayed > self.checkpoint_interval:
-            # a writer died before checkpointing: heal so the next opener replays little
-            write_checkpoint(self.io, self.table_path, snapshot)
+            self._heal(snapshot)
         return snapshot
+
+    def _heal(self, snapshot: Snapshot) -> None:
+        """A writer died before checkpointing: write the checkpoint it owed, so the next opener
+        replays little.
+
+        This is a reader's favour to the log, never part of the read: a reader may have no write
+        permission (a read-only mount, an object store it may only read), so a failed write is
+        ignored and the read goes on.  Nothing half-done is left: a failed put-if-absent creates no
+        checkpoint, and a failed hint replacement leaves a complete checkpoint beside a hint that
+        names an older one (a stale hint only means more replay, and listing finds the newer
+        checkpoint).
+        """
+        try:
+            write_checkpoint(self.io, self.table_path, snapshot)
+        except (BrokerPersistenceError, OSError) as exc:  # OSError: PermissionError and pyarrow's fs
+            _LOG.debug("not healing the log of %s at version %d: %s", self.table_path, snapshot.version, exc)
 
     def _cleaned_up_below(self, snapshot: Snapshot, *, rate_limited: bool) -> bool:
         """Did log cleanup delete the commit our cached state is at (``jobs.log_maintenance``)?

@@ -1,15 +1,24 @@
-"""Failover: the active consumer per partition (seeds' examples) and its invariants."""
+"""Failover: the active consumer per partition (seeds' examples) and its invariants, and the
+redelivery counts of what a switch hands from the old active consumer to the new one."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker_core.errors import InvalidConfiguration
+from broker_core import BrokerConfig, Client, Consumer, ConsumerType, InitialPosition, Message, Timeout
+from broker_core.clock import ManualClock
+from broker_core.errors import BrokerPersistenceError, InvalidConfiguration
 from broker_core.failover import FailoverConsumer, active_consumer
+
+EPOCH_MS = 1_700_000_000_000
+WAIT_MS = 10_000
+QUIET_MS = 300
 
 
 def same_priority(*names: str) -> list[FailoverConsumer]:
@@ -98,3 +107,134 @@ def test_one_active_per_partition_spread_evenly_and_order_independent(
     single = active_consumer(consumers, partition_index=0, partitioned=False)
     assert single == active_consumer(shuffled, partition_index=0, partitioned=False)
     assert single == min((c for c in consumers if c.name in candidates), key=lambda c: c.join_order).name
+
+
+# -- a switch hands the old active consumer's unacked messages over: one redelivery per switch ---------------
+
+
+def make_client(root: Path, clock: ManualClock | None = None, **config: Any) -> Client:
+    return Client(str(root), broker_config=BrokerConfig(fsync_enabled=False, **config), clock=clock)
+
+
+def failover(client: Client, name: str, **kwargs: Any) -> Consumer:
+    return client.subscribe("t", "s", consumer_type=ConsumerType.Failover, consumer_name=name,
+                            initial_position=InitialPosition.Earliest, **kwargs)
+
+
+def receive(consumer: Consumer, n: int) -> list[tuple[str, int]]:
+    return [(m.data().decode(), m.redelivery_count()) for m in (consumer.receive(WAIT_MS) for _ in range(n))]
+
+
+def drain(consumer: Consumer) -> list[Message]:
+    out: list[Message] = []
+    while True:
+        try:
+            out.append(consumer.receive(QUIET_MS))
+        except Timeout:
+            return out
+
+
+def crash(consumer: Consumer) -> None:
+    """Stop a consumer's thread without flushing or leaving, like a process that died."""
+    with consumer._cv:
+        consumer._closed = True
+        consumer._cv.notify_all()
+    consumer._wake.set()
+    consumer._thread.join(WAIT_MS / 1000)
+    assert not consumer._thread.is_alive()
+    for part in consumer._parts:
+        part.log.remove_waiter(consumer._wake)
+        part.store.remove_waiter(consumer._wake)
+    consumer._client._forget(consumer)
+
+
+def redelivery_counts(client: Client) -> dict[int, int]:
+    cursor = client._broker.cursor_store(client._broker.partitions("t")[0], "s").load()[1]
+    return dict(cursor.redelivery)
+
+
+def send(client: Client, *values: str) -> None:
+    producer = client.create_producer("t")
+    for value in values:
+        producer.send(value.encode())
+    producer.close()
+
+
+def test_switch_on_close_counts_one_redelivery_per_switch(tmp_path: Path) -> None:
+    client = make_client(tmp_path)
+    first, second, third = (failover(client, name) for name in ("first", "second", "third"))
+    send(client, "0", "1", "2")
+    assert receive(first, 3) == [("0", 0), ("1", 0), ("2", 0)]  # received, never acknowledged
+    first.close()
+    assert receive(second, 3) == [("0", 1), ("1", 1), ("2", 1)]
+    second.close()
+    assert receive(third, 3) == [("0", 2), ("1", 2), ("2", 2)]
+    assert redelivery_counts(client) == {0: 2, 1: 2, 2: 2}
+    third.close()
+    client.close()
+
+
+def test_switch_on_lease_expiry_counts_one_redelivery_per_switch(tmp_path: Path) -> None:
+    clock = ManualClock(EPOCH_MS)
+    client = make_client(tmp_path, clock, consumer_lease_ms=300)
+    first, second = failover(client, "first"), failover(client, "second")
+    send(client, "0", "1", "2")
+    assert receive(first, 3) == [("0", 0), ("1", 0), ("2", 0)]
+    crash(first)  # stops renewing, holding all three unacknowledged
+    clock.advance(1_000)
+    assert receive(second, 3) == [("0", 1), ("1", 1), ("2", 1)]
+    # a third consumer joins only now, so that moving the clock expires nobody but the crashed one
+    third = failover(client, "third")
+    crash(second)
+    clock.advance(1_000)
+    assert receive(third, 3) == [("0", 2), ("1", 2), ("2", 2)]
+    assert drain(third) == []
+    third.close()
+    client.close()
+
+
+def test_only_the_active_consumer_asks_for_redelivery(tmp_path: Path) -> None:
+    """An old active consumer that lost the subscription to a higher-priority one still holds what it
+    received; its redelivery requests must not count again what the new one was handed (Pulsar ignores
+    them: only the active consumer may ask for a resend)."""
+    client = make_client(tmp_path)
+    old = failover(client, "old", priority_level=1)
+    send(client, "0", "1", "2")
+    assert receive(old, 3) == [("0", 0), ("1", 0), ("2", 0)]
+    new = failover(client, "new", priority_level=0)  # a smaller level is a higher priority: it takes over
+    assert receive(new, 3) == [("0", 1), ("1", 1), ("2", 1)]
+    old.redeliver_unacknowledged_messages()
+    with old._tick_lock:  # commit the request now rather than at the old consumer's next tick
+        old._commit_redeliveries()
+    assert redelivery_counts(client) == {0: 1, 1: 1, 2: 1}
+    assert drain(old) == []
+    new.redeliver_unacknowledged_messages()
+    assert sorted(receive(new, 3)) == [("0", 2), ("1", 2), ("2", 2)]
+    assert drain(new) == []
+    new.close()
+    old.close()
+    client.close()
+
+
+def test_a_failed_claim_commit_loses_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The active consumer records what it reads before delivering it; when that commit fails, the
+    same messages are read again at the next round instead of being skipped."""
+    client = make_client(tmp_path)
+    send(client, "0", "1", "2")
+    consumer = failover(client, "only", receiver_queue_size=1)  # rounds of one message
+    part = consumer._parts[0]
+    real = part.claim_in_order
+    failures = {"left": 2}
+
+    def flaky(offsets: list[int], *, now_ms: int) -> Any:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise BrokerPersistenceError("storage hiccup")
+        return real(offsets, now_ms=now_ms)
+
+    with consumer._tick_lock:
+        monkeypatch.setattr(part, "claim_in_order", flaky)
+    assert receive(consumer, 3) == [("0", 0), ("1", 0), ("2", 0)]
+    assert failures["left"] == 0
+    consumer.close()
+    client.close()

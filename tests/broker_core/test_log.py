@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker_core.errors import CommitConflict, LogCorrupted, TopicNotFound
+from broker_core.errors import BrokerPersistenceError, CommitConflict, LogCorrupted, TopicNotFound
 from broker_core.log.actions import (
     Action,
     Add,
@@ -492,6 +492,66 @@ def test_opening_a_long_uncheckpointed_log_heals_it(tmp_path: Path) -> None:
     snap = _reopen(tmp_path, checkpoint_interval=5).snapshot()
     assert (log_dir / f"{snap.version:020d}.checkpoint.parquet").exists()
     assert read_last_checkpoint(LocalFileIO(str(tmp_path)), TABLE) == snap.version
+
+
+class ReadOnlyIO:
+    """Storage this process may read but not write (a read-only mount, an object store the reader
+    has no write permission on).  Tests run as root, where ``chmod`` does not stop writes, so the
+    refusal is simulated: every write raises ``error`` before touching anything."""
+
+    def __init__(self, inner: LocalFileIO, error: Exception, refused: tuple[str, ...] = ()) -> None:
+        self.inner = inner
+        self.error = error
+        self.refused = refused or ("put_if_absent", "write_new", "replace", "delete")
+        self.attempts: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in self.refused:
+            return attr
+
+        def refuse(path: str, *args: Any) -> Any:
+            self.attempts.append((name, path))
+            raise self.error
+
+        return refuse
+
+
+def _log_files(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / TABLE / LOG_DIR).iterdir())
+
+
+@pytest.mark.parametrize(
+    "error",
+    [PermissionError(13, "Permission denied"), BrokerPersistenceError("storage commit failed: Read-only file system")],
+    ids=["PermissionError", "BrokerPersistenceError"],
+)
+def test_a_reader_on_read_only_storage_reads_a_long_uncheckpointed_log(tmp_path: Path, error: Exception) -> None:
+    log = _new_log(tmp_path, checkpoint_interval=1000)  # a writer that never checkpointed
+    _build_history(log, 12)
+    before = _log_files(tmp_path)
+    io = ReadOnlyIO(LocalFileIO(str(tmp_path)), error)
+    reader = TransactionLog(io, TABLE, checkpoint_interval=5)  # type: ignore[arg-type]
+    expected = _state(_full_replay(LocalFileIO(str(tmp_path))))
+    assert _state(reader.snapshot()) == expected  # the healing write failed; the read did not
+    assert io.attempts, "the replay was long enough to try healing"
+    assert _log_files(tmp_path) == before  # no checkpoint, no hint, no temp file
+    assert _state(reader.snapshot()) == expected  # and the handle keeps polling
+    log.commit(lambda s: _append_actions(s, [1]), operation="WRITE")
+    assert reader.snapshot().version == 13
+
+
+def test_a_failed_hint_after_a_healing_checkpoint_leaves_a_usable_log(tmp_path: Path) -> None:
+    """The checkpoint is complete before the hint is replaced; when only the hint cannot be written,
+    the checkpoint stays (whole, found by listing) and the hint keeps naming an older state."""
+    log = _new_log(tmp_path, checkpoint_interval=1000)
+    _build_history(log, 12)
+    io = ReadOnlyIO(LocalFileIO(str(tmp_path)), PermissionError(13, "Permission denied"), refused=("replace",))
+    expected = _state(_full_replay(LocalFileIO(str(tmp_path))))
+    assert _state(TransactionLog(io, TABLE, checkpoint_interval=5).snapshot()) == expected  # type: ignore[arg-type]
+    assert io.attempts == [("replace", f"{TABLE}/{LOG_DIR}/{LAST_CHECKPOINT}")]
+    assert not [n for n in _log_files(tmp_path) if n.startswith(".") or n == LAST_CHECKPOINT]
+    assert _state(_reopen(tmp_path, checkpoint_interval=5).snapshot()) == expected
 
 
 def test_explicit_checkpoint_and_an_unreadable_checkpoint(tmp_path: Path) -> None:

@@ -12,9 +12,11 @@ thousands of steps run in seconds and every failure replays exactly:
   claims through ``broker_core.dispatch`` and ``key_shared.selector_for``, the Failover election)
   plus the consumer's bookkeeping, modelled here on the cursor API exactly as the client documents
   it: acks are grouped and committed at a flush (``Cursor.ack``), negative acks are committed at a
-  flush (``Cursor.release`` for claims, ``Cursor.count_redelivery`` plus a rewind for in-order
-  types), Exclusive/Failover read in order from markDelete skipping what they hold locally, and the
-  DLQ decision is the client's own ``DeadLetters.over_limit`` / ``should_dead_letter``;
+  flush (``Cursor.release`` for claims, ``Cursor.count_redelivery`` plus a rewind for Exclusive, a
+  rewind alone for Failover), Exclusive/Failover read in order from markDelete skipping what they
+  hold locally, the active Failover consumer records what it reads (``claim_in_order``, which counts
+  a message read again), and the DLQ decision is the client's own ``DeadLetters.over_limit`` /
+  ``should_dead_letter``;
 - time is an integer the test moves; a *crash* is a consumer that stops renewing: what it had not
   committed dies with it, and its claims come back (redelivery count + 1) once its lease has run out
   and someone commits.
@@ -31,6 +33,9 @@ Checked on every step (``invariant``) and at delivery time:
   is unacked by someone else (AUTO_SPLIT ranges, consistent hashing and STICKY);
 - Exclusive / Failover: only the elected consumer reads; it reads in offset order with no gaps,
   rewinding only when it becomes active or commits a negative ack;
+- Failover: a switch hands the old active consumer's unacknowledged messages to the new one, and
+  every delivery after a message's first is counted exactly once, whoever handed it out before
+  (a negative ack from a consumer that is no longer active counts nothing);
 - the application never sees a redelivery count above ``max_redeliver_count``; a message is
   dead-lettered exactly when its count reached the maximum and it is due for one more redelivery;
 - no message is delivered after its acknowledgment was committed, and none is acknowledged twice
@@ -110,6 +115,7 @@ class ModelConsumer:
     pending_releases: list[int] = field(default_factory=list)  # nacked, not committed yet
     lost: set[int] = field(default_factory=set)  # a crashed consumer's uncommitted acks / nacks
     last_read: int = -1  # Exclusive/Failover: the last offset read since the last rewind
+    claimed: set[int] = field(default_factory=set)  # Failover: what the cursor records it was handed
 
     def holdings(self) -> set[int]:
         """Everything this consumer still has claimed, from the cursor's point of view."""
@@ -233,9 +239,16 @@ class SubscriptionModel(RuleBasedStateMachine):
             assert consumer.crashed, f"live consumer {name} was dropped from the cursor"
             assert consumer.lease_until <= self.now, f"{name} was dropped before its lease ran out"
             event("a crashed consumer expired" + (" holding claims" if consumer.holdings() else ""))
-            if self.sub_type in CLAIMING:
-                for off in consumer.holdings() - self.acked:
-                    self.expected_count[off] += 1
+            for off in self.claims_of(consumer):
+                self.expected_count[off] += 1
+
+    def claims_of(self, consumer: ModelConsumer) -> set[int]:
+        """What the cursor should hold claimed for ``consumer`` (counted as redelivered if it leaves)."""
+        if self.sub_type in CLAIMING:
+            return consumer.holdings() - self.acked
+        if self.sub_type == ConsumerType.Failover:
+            return consumer.claimed - self.acked
+        return set()
 
     def expire_now(self) -> None:
         """Any commit (every renew, claim and join does this) drops the consumers whose lease ran out."""
@@ -293,6 +306,17 @@ class SubscriptionModel(RuleBasedStateMachine):
                 and o not in offsets]
         assert not gaps, f"{consumer.name} read {offsets} skipping unacked {gaps}"
         consumer.last_read = offsets[-1]
+        if self.sub_type == ConsumerType.Failover:
+            for off in offsets:  # read again while someone (maybe itself) has it claimed: a redelivery
+                for other in self.consumers.values():
+                    if off in other.claimed:
+                        other.claimed.discard(off)
+                        self.expected_count[off] += 1
+            taken, claimed = part.claim_in_order(offsets, now_ms=self.now)
+            assert claimed is not None and taken == offsets, f"{consumer.name} could not take {offsets}"
+            consumer.claimed.update(offsets)
+            cursor = claimed
+            self.sync_expired()  # the commit dropped the consumers whose lease had run out
         self.deliver(consumer, offsets, cursor)
 
     def deliver(self, consumer: ModelConsumer, offsets: list[int], cursor: Cursor) -> None:
@@ -324,7 +348,7 @@ class SubscriptionModel(RuleBasedStateMachine):
                 consumer.pending_acks.append(off)
                 continue
             assert count <= self.max_redeliver
-            if self.sub_type in CLAIMING:  # every redelivery of a claim was counted
+            if self.sub_type != ConsumerType.Exclusive:  # every redelivery of a claim was counted
                 assert len(self.deliveries[off]) == count, f"offset {off}: {self.deliveries[off]}, {count}"
             self.deliveries[off].append((consumer.name, count))
             consumer.held[off] = count
@@ -340,16 +364,20 @@ class SubscriptionModel(RuleBasedStateMachine):
             self.update(lambda cursor: cursor.ack(pending))
             consumer.pending_acks.clear()
             self.acked.update(pending)
+            for other in self.consumers.values():  # an ack settles a claim whoever holds it
+                other.claimed.difference_update(pending)
         if releases and consumer.pending_releases:
             offsets = sorted(set(consumer.pending_releases))
             consumer.pending_releases.clear()
-            for off in offsets:
-                if off not in self.acked:
-                    self.expected_count[off] += 1
+            if self.sub_type != ConsumerType.Failover:  # Failover counts when it reads them again
+                for off in offsets:
+                    if off not in self.acked:
+                        self.expected_count[off] += 1
             if self.sub_type in CLAIMING:
                 self.update(lambda cursor: cursor.release(consumer.name, offsets))
             else:
-                self.update(lambda cursor: cursor.count_redelivery(offsets))
+                if self.sub_type == ConsumerType.Exclusive:
+                    self.update(lambda cursor: cursor.count_redelivery(offsets))
                 if consumer.part.read_pos >= 0:  # rewind: read the negatively acked messages again
                     consumer.part.read_pos = min(consumer.part.read_pos, offsets[0])
                     consumer.last_read = -1
@@ -443,12 +471,11 @@ class SubscriptionModel(RuleBasedStateMachine):
         """``close()`` while holding messages: flush acks, unregister; unacked claims return (+1)."""
         consumer = self.consumers[data.draw(st.sampled_from(self.holding()), label="consumer")]
         self.flush(consumer, acks=True, releases=False)
-        holdings = consumer.holdings() - self.acked
+        holdings = self.claims_of(consumer)
         consumer.part.leave()
         del self.consumers[consumer.name]
-        if self.sub_type in CLAIMING:
-            for off in holdings:
-                self.expected_count[off] += 1
+        for off in holdings:
+            self.expected_count[off] += 1
         self.sync_expired()
 
     # -- invariants -----------------------------------------------------------------------------
@@ -470,8 +497,8 @@ class SubscriptionModel(RuleBasedStateMachine):
         assert set(self.consumers) == set(cursor.consumers)
         if self.sub_type == ConsumerType.Exclusive:
             assert len(cursor.consumers) <= 1
-        if self.sub_type not in CLAIMING:
-            assert not any(cursor.claims.values()), "Exclusive/Failover cursors hold no claims"
+        if self.sub_type == ConsumerType.Exclusive:
+            assert not any(cursor.claims.values()), "Exclusive cursors hold no claims"
             return
         owner: dict[int, str] = {}
         for name, ranges in cursor.claims.items():
@@ -482,8 +509,8 @@ class SubscriptionModel(RuleBasedStateMachine):
                 owner[off] = name
         for name, consumer in self.consumers.items():
             claimed = set(cursor.claims[name].offsets()) if name in cursor.claims else set()
-            assert claimed == consumer.holdings() - self.acked, (
-                f"{name}: cursor claims {sorted(claimed)}, consumer holds {sorted(consumer.holdings())}"
+            assert claimed == self.claims_of(consumer), (
+                f"{name}: cursor claims {sorted(claimed)}, model says {sorted(self.claims_of(consumer))}"
             )
 
     # -- the end: every consumer drains ---------------------------------------------------------
@@ -528,12 +555,12 @@ class SubscriptionModel(RuleBasedStateMachine):
             if off in self.dead_lettered:
                 # dead-lettered after exactly max_redeliver redeliveries
                 assert min(self.dead_lettered[off]) >= self.max_redeliver
-                if self.sub_type in CLAIMING:
+                if self.sub_type != ConsumerType.Exclusive:
+                    # Failover too: a switch may hand one message to two consumers, but only the
+                    # deliveries count, not the requests of a consumer that is no longer active
                     assert seen == list(range(self.max_redeliver + 1)), f"offset {off}: deliveries {seen}"
-                elif self.sub_type == ConsumerType.Exclusive:
+                else:
                     assert seen and max(seen) == self.max_redeliver, f"offset {off} dead-lettered: {seen}"
-                # Failover: a switch can hand one message to two consumers; if both nack it, both
-                # redeliveries count, so it may reach the limit while each saw it fewer times.
             else:
                 assert seen, f"offset {off} was acknowledged without ever being delivered"
                 assert max(seen) <= self.max_redeliver
