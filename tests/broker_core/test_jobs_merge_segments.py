@@ -34,6 +34,7 @@ from broker_core.compaction import compact_topic
 from broker_core.jobs import merge_segments, run_retention, vacuum
 from broker_core.jobs.merge_segments import OPERATION, codec_of, merge_run, plan_runs
 from broker_core.log.actions import Add, Remove, decode_actions
+from broker_core.log.checkpoint import LOG_DIR
 from broker_core.log.segment_ref import SegmentRef
 from broker_core.log.transaction_log import commit_path
 from broker_core.naming import TopicName
@@ -498,6 +499,37 @@ def test_a_merge_killed_at_random_points_keeps_every_row_and_vacuum_clears_orpha
     values = _check_contiguous(fresh)
     (seen_by_delta,) = probe(topic_path(tmp_path))
     assert seen_by_delta.get("num_rows") == len(values), seen_by_delta
+
+
+def test_the_cli_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from broker_core.cli import main
+
+    root = tmp_path / "root"
+    broker = make_broker(root)
+    for _ in range(5):
+        append(broker, 2)
+    before = files_of(root)
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        code = main(["--root", str(root), *args])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    code, out, _ = cli("merge-segments", "t", "--min-age", "0s", "-v")
+    assert code == 0 and "would merge 5 segment(s)" in out and "add --execute" in out
+    assert files_of(root) == before
+    for args, match in [(["--min-segments", "1"], ">= 2"), (["--target-size", "0"], "at least 1 byte"),
+                        (["--min-age", "soon"], "invalid duration"), (["--target-size", "12X"], "invalid size")]:
+        code, out, err = cli("merge-segments", "t", *args)
+        assert code == 2 and match in err and args[1] in err, err
+    assert files_of(root) == before
+    code, out, _ = cli("merge-segments", "t", "--min-age", "0s", "--execute", "--json")
+    result = json.loads(out)["results"][0]
+    assert code == 0 and result["segmentsAfter"] == 1 and len(result["removedPaths"]) == 5
+    assert live_values(log_of(broker)) == {o: f"p:{o}".encode() for o in range(10)}
+    code, _, err = cli("merge-segments", "ghost")
+    assert code == 1 and "does not exist" in err
+    assert (root / "public/default/persistent/t" / LOG_DIR).exists()
 
 
 def test_a_replayed_staged_commit_never_deletes_a_file_a_merge_retired(tmp_path: Path) -> None:
