@@ -197,7 +197,7 @@ def register(commands: Any) -> None:
         help="delete removed and orphan segment files",
         handler=_vacuum,
         destructive=True,
-        description="Delete segment files removed by retention (or orphaned by "
+        description="Delete segment files removed by retention or merges (or orphaned by "
         "killed writers) longer ago than --min-age, and expire surplus dedup entries. A dry run "
         "unless --execute.",
         epilog="example: pubsub vacuum --namespace acme/orders --min-age 7d",
