@@ -368,9 +368,11 @@ class TopicLog(Waiters):
         try:
             result = self.log.commit(build, operation=operation, parameters={"mode": "Append"})
         except NothingToCommit:
-            live = {seg.path for seg in self.log.cached_snapshot().segments}
+            snap = self.log.cached_snapshot()
+            named = {seg.path for seg in snap.segments} | set(snap.tombstones)
             for seg in staged:
-                if seg.path not in live:  # never delete what an earlier attempt made visible
+                # never delete what an earlier attempt made visible, even if a merge retired it since
+                if seg.path not in named:
                     self._discard(seg.path)
             return None
         self.notify()

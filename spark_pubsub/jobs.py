@@ -12,7 +12,8 @@ Commands:
   compaction (``broker_core/compaction.py``) with the latest-message-per-key reduction computed by
   Spark, for topics too large for one process.  The resulting view is the same file format and is
   committed on the driver through ``finish_compaction``, exactly like the local run.
-- ``retention``, ``ttl``, ``vacuum --root R (--topic T | --namespace NS) [--execute] ...``: the
+- ``retention``, ``ttl``, ``merge-segments``, ``vacuum --root R (--topic T | --namespace NS) [--execute]
+  ...``: the
   library jobs (``broker_core/jobs``) spread over executors one internal topic per task, with the
   same options as the ``pubsub`` command and, like it, dry runs unless ``--execute``.  The driver
   resolves the internal topics and fixes "now", so every task decides by the same clock.
@@ -238,9 +239,10 @@ def _run_compact(args: argparse.Namespace) -> int:
 def _job_result(broker: Broker, job: str, topic: str, options: dict[str, Any]) -> dict[str, Any]:
     """Run a library job on one internal topic; its result as JSON-able data."""
     from broker_core.cli.common import plain
-    from broker_core.jobs import run_retention, run_ttl, vacuum
+    from broker_core.jobs import merge_segments, run_retention, run_ttl, vacuum
 
-    jobs: dict[str, Callable[..., Any]] = {"retention": run_retention, "ttl": run_ttl, "vacuum": vacuum}
+    jobs: dict[str, Callable[..., Any]] = {"retention": run_retention, "ttl": run_ttl, "vacuum": vacuum,
+                                           "merge-segments": merge_segments}
     summary = jobs[job](broker, TopicName.parse(topic), **options)
     return dict(plain(summary.results[0]))
 
@@ -263,8 +265,11 @@ def _partition_runner(root: str, job: str, options: dict[str, Any]
 def _fail_fast(job: str, options: dict[str, Any]) -> None:
     """Refuse on the driver what every task would refuse (the library checks again in each task)."""
     from broker_core.jobs import RetentionLimits
+    from broker_core.jobs.merge_segments import check_options
     from broker_core.jobs.progress import check_age
 
+    if job == "merge-segments":
+        check_options(options["target_bytes"], options["min_segments"], options["min_age_ms"])
     if job == "vacuum":
         check_age(options["min_age_ms"], "--min-age", enforce=options.get("enforce_min_age", True))
     minutes, mb = options.get("retention_time_in_minutes"), options.get("retention_size_in_mb")
@@ -274,8 +279,9 @@ def _fail_fast(job: str, options: dict[str, Any]) -> None:
 
 def run_per_partition(spark: SparkSession, root: str, job: str, target: str | TopicName, *,
                       options: dict[str, Any], parallelism: int | None = None) -> dict[str, Any]:
-    """Run ``retention``, ``ttl`` or ``vacuum`` on every internal topic of ``target`` (a ``TopicName``
-    or a ``tenant/namespace``), one Spark task per internal topic; a summary like ``pubsub --json``.
+    """Run ``retention``, ``ttl``, ``merge-segments`` or ``vacuum`` on every internal topic of ``target``
+    (a ``TopicName`` or a ``tenant/namespace``), one Spark task per internal topic; a summary like
+    ``pubsub --json``.
 
     ``options`` are the library job's keyword arguments; ``now_ms`` is fixed here when absent.
     """
@@ -314,6 +320,8 @@ def _run_library_job(args: argparse.Namespace) -> int:
         options.update(retention_time_in_minutes=args.time, retention_size_in_mb=args.size)
     elif args.command == "ttl":
         options.update(subscription=args.subscription, ttl_seconds=args.ttl)
+    elif args.command == "merge-segments":
+        options.update(target_bytes=args.target_size, min_segments=args.min_segments, min_age_ms=args.min_age)
     else:
         options.update(min_age_ms=args.min_age, tombstone_retention_ms=args.tombstone_retention,
                        max_producers=args.max_producers, enforce_min_age=not args.unsafe_short_age)
@@ -326,11 +334,14 @@ def _run_library_job(args: argparse.Namespace) -> int:
 
 
 def _add_library_jobs(commands: Any) -> None:
-    """``retention``, ``ttl`` and ``vacuum``: the library jobs, one Spark task per internal topic."""
-    from broker_core.cli.common import count, duration_ms, megabytes, minutes, seconds
+    """``retention``, ``ttl``, ``merge-segments`` and ``vacuum``: the library jobs, one Spark task per
+    internal topic."""
+    from broker_core.cli.common import count, duration_ms, megabytes, minutes, seconds, size_bytes
+    from broker_core.jobs.merge_segments import DEFAULT_MIN_AGE_MS, DEFAULT_MIN_SEGMENTS, DEFAULT_TARGET_BYTES
 
     helps = {"retention": "retire acknowledged front segments per the retention policy",
              "ttl": "acknowledge messages older than the message TTL",
+             "merge-segments": "merge small old segments into larger ones (Delta's OPTIMIZE)",
              "vacuum": "delete removed and orphan segment files"}
     for job, text in helps.items():
         parser = commands.add_parser(job, help=text, description=f"{text} (a dry run unless --execute)")
@@ -348,6 +359,13 @@ def _add_library_jobs(commands: Any) -> None:
         elif job == "ttl":
             parser.add_argument("--subscription", help="only this subscription")
             parser.add_argument("--ttl", type=seconds, help="override messageTTLInSeconds (0: off)")
+        elif job == "merge-segments":
+            parser.add_argument("--target-size", type=size_bytes, default=DEFAULT_TARGET_BYTES,
+                                help="leave segments this large alone; a run stays within it (128M)")
+            parser.add_argument("--min-segments", type=count, default=DEFAULT_MIN_SEGMENTS,
+                                help="the fewest segments worth merging (at least 2)")
+            parser.add_argument("--min-age", type=duration_ms, default=DEFAULT_MIN_AGE_MS,
+                                help="segments committed more recently stay (10m)")
         else:
             parser.add_argument("--min-age", type=duration_ms, required=True, help="files younger stay (7d)")
             parser.add_argument("--tombstone-retention", type=duration_ms, default=None)

@@ -1,8 +1,10 @@
-"""The reconcile jobs as commands: retention, ttl, backlog, compact, checkpoint, cleanup-logs, vacuum.
+"""The reconcile jobs as commands: retention, ttl, backlog, compact, merge-segments, checkpoint,
+cleanup-logs, vacuum.
 
 Each command calls the library job (``broker_core.jobs``, ``broker_core.compaction``) and prints its
 summary: per internal topic what was (or would be) removed, moved or kept, and why.  Commands that
-destroy or move something (retention, ttl, backlog --evict, cleanup-logs, vacuum) are dry runs
+destroy, move or rewrite something (retention, ttl, backlog --evict, merge-segments, cleanup-logs,
+vacuum) are dry runs
 unless ``--execute`` is given, as delta-rs's vacuum is.  The jobs show progress on stderr when it
 is a terminal.
 """
@@ -28,6 +30,7 @@ from broker_core.cli.common import (
     require_target,
     require_topic,
     seconds,
+    size_bytes,
 )
 from broker_core.compaction import compact_topic
 from broker_core.errors import InvalidConfiguration
@@ -37,10 +40,12 @@ from broker_core.jobs import (
     checkpoint,
     cleanup_logs,
     enforce_backlog_quota,
+    merge_segments,
     run_retention,
     run_ttl,
     vacuum,
 )
+from broker_core.jobs.merge_segments import DEFAULT_MIN_AGE_MS, DEFAULT_MIN_SEGMENTS, DEFAULT_TARGET_BYTES
 from broker_core.jobs.progress import check_age
 from broker_core.naming import TopicName
 
@@ -129,6 +134,38 @@ def register(commands: Any) -> None:
     compact.add_argument("--up-to-offset", type=offset, metavar="N", help="horizon (default: the end)")
     compact.add_argument("--dry-run", action="store_true", help="compute, write nothing")
     compact.add_argument("--retain-null-key", action="store_true", help="keep messages without a key")
+    merge = _job(
+        commands,
+        "merge-segments",
+        help="merge small old segments into larger ones (Delta's OPTIMIZE)",
+        handler=_merge_segments,
+        destructive=True,
+        description="Rewrite runs of consecutive small segments older than --min-age as one segment each "
+        "(same messages, offsets and message ids; the old files stay until vacuum). A dry run unless "
+        "--execute.",
+        epilog="example: pubsub merge-segments --namespace acme/orders --target-size 128M --execute",
+    )
+    merge.add_argument(
+        "--target-size",
+        type=_target_size,
+        default=DEFAULT_TARGET_BYTES,
+        metavar="SIZE",
+        help="leave segments this large alone; a merged run stays within it (default 128M)",
+    )
+    merge.add_argument(
+        "--min-segments",
+        type=_min_segments,
+        default=DEFAULT_MIN_SEGMENTS,
+        metavar="N",
+        help=f"the fewest segments worth merging (at least 2, default {DEFAULT_MIN_SEGMENTS})",
+    )
+    merge.add_argument(
+        "--min-age",
+        type=duration_ms,
+        default=DEFAULT_MIN_AGE_MS,
+        metavar="DURATION",
+        help=f"segments committed more recently stay (default {DEFAULT_MIN_AGE_MS // 60_000}m)",
+    )
     _job(
         commands,
         "checkpoint",
@@ -160,7 +197,7 @@ def register(commands: Any) -> None:
         help="delete removed and orphan segment files",
         handler=_vacuum,
         destructive=True,
-        description="Delete segment files removed by retention (or orphaned by "
+        description="Delete segment files removed by retention or merges (or orphaned by "
         "killed writers) longer ago than --min-age, and expire surplus dedup entries. A dry run "
         "unless --execute.",
         epilog="example: pubsub vacuum --namespace acme/orders --min-age 7d",
@@ -270,6 +307,39 @@ def _compact(ctx: Context, args: argparse.Namespace) -> Output:
     ]
     lines += ["dry run: nothing was written"] if args.dry_run else []
     return Output(summary.to_json(), lines)
+
+
+def _target_size(text: str) -> int:
+    """A ``--target-size`` (argparse type): a size of at least one byte."""
+    size = size_bytes(text)
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"expected a size of at least 1 byte, got {text!r}")
+    return size
+
+
+def _min_segments(text: str) -> int:
+    """A ``--min-segments`` (argparse type): merging fewer than two segments changes nothing."""
+    least = count(text)
+    if least < 2:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 2, got {text!r}")
+    return least
+
+
+def _merge_segments(ctx: Context, args: argparse.Namespace) -> Output:
+    target = _target(ctx, args)
+    return _output(
+        ctx,
+        args,
+        merge_segments(
+            ctx.broker,
+            target,
+            target_bytes=args.target_size,
+            min_segments=args.min_segments,
+            min_age_ms=args.min_age,
+            dry_run=not args.execute,
+            now_ms=ctx.now(),
+        ),
+    )
 
 
 def _checkpoint(ctx: Context, args: argparse.Namespace) -> Output:

@@ -1,4 +1,5 @@
-"""Reconcile jobs: retention, message TTL, backlog quotas, log checkpoints, log cleanup and vacuum.
+"""Reconcile jobs: retention, message TTL, backlog quotas, segment merging, log checkpoints, log cleanup
+and vacuum.
 
 Each job is a library function taking a ``Broker`` and a topic (or a ``tenant/namespace``), with
 keyword-only options, returning a ``JobSummary`` of per-internal-topic results.  Every change goes
@@ -23,6 +24,7 @@ from broker_core.jobs.log_maintenance import (
     cleanup_logs,
     vacuum,
 )
+from broker_core.jobs.merge_segments import MergedRun, MergeResult, merge_segments
 from broker_core.jobs.progress import MIN_SAFE_AGE_MS, JobProgress, JobSummary
 from broker_core.jobs.retention import RetentionLimits, RetentionResult, run_retention
 from broker_core.jobs.ttl import SubscriptionExpiry, TtlResult, run_ttl
@@ -36,6 +38,8 @@ __all__ = [
     "CleanupResult",
     "JobProgress",
     "JobSummary",
+    "MergeResult",
+    "MergedRun",
     "RetentionLimits",
     "RetentionResult",
     "SubscriptionExpiry",
@@ -45,6 +49,7 @@ __all__ = [
     "checkpoint",
     "cleanup_logs",
     "enforce_backlog_quota",
+    "merge_segments",
     "run_retention",
     "run_ttl",
     "vacuum",

@@ -1,4 +1,4 @@
-"""The Spark entry points of retention, TTL and vacuum (``spark_pubsub/jobs.py``): one task per
+"""The Spark entry points of retention, TTL, segment merging and vacuum (``spark_pubsub/jobs.py``): one task per
 internal topic, the same decisions as the library (and the ``pubsub`` command) for the same "now",
 dry runs unless ``--execute``.
 """
@@ -112,3 +112,25 @@ def test_bad_arguments_are_refused_before_any_task(
         main(["vacuum", "--root", root, "--topic", "t", "--min-age", "1m"])
     with pytest.raises(InvalidConfiguration, match="contradictory"):
         main(["retention", "--root", root, "--topic", "t", "--time", "0", "--size", "-1"])
+
+
+def test_merge_segments_runs_per_internal_topic(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = make_root(tmp_path)
+    cli(capsys, root, "topics", "create", "m", "--partitions", "2")
+    send(root, "m", 10)  # one segment per message
+    peek = ("topics", "peek", "m-partition-0", "--earliest", "-n", "20")
+    before = cli(capsys, root, *peek)["messages"]
+    common = ("--root", root, "--topic", "m", "--min-age", "0s")
+    dry = spark_job(capsys, "merge-segments", *common)
+    local = cli(capsys, root, "merge-segments", "m", "--min-age", "0s")
+    assert comparable(dry["results"]) == comparable(local["results"]) and not dry["changed"]
+    assert sum(r["segmentsBefore"] for r in dry["results"]) == 10
+    done = spark_job(capsys, "merge-segments", *common, "--execute")
+    assert done["changed"] and [r["segmentsAfter"] for r in done["results"]] == [1, 1]
+    assert cli(capsys, root, *peek)["messages"] == before  # same messages, offsets and ids
+    from broker_core.errors import InvalidConfiguration
+
+    with pytest.raises(InvalidConfiguration, match="min_segments"):
+        main(["merge-segments", *common, "--min-segments", "1"])
