@@ -17,8 +17,9 @@ each one, inside this process, to the consumers and readers connected at the mom
 
 One concept a module: ``producer`` and ``reader`` (each handle and the function that creates it),
 ``consumer`` (the consumer handle), ``subscribe`` (what ``Client.subscribe`` decides and builds for
-non-persistent topics), ``handles`` (a handle's ties to its ``Client``) and ``refusals`` (how what
-a non-persistent topic cannot do is refused).
+non-persistent topics), ``handles`` (a handle's ties to its ``Client``), ``receiver_queue`` (the
+blocking read that readers and consumers share) and ``refusals`` (how what a non-persistent topic
+cannot do is refused).
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker_core.backoff import MultiplierRedeliveryBackoff
-from broker_core.client.args import check_type_or_none
 from broker_core.client.non_persistent.handles import registry_of
-from broker_core.client.non_persistent.refusals import NP_DOCS
+from broker_core.client.non_persistent.receiver_queue import wait_next
+from broker_core.client.non_persistent.refusals import seek_refused, unsupported
 from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.receive_batch import collect_batch
 from broker_core.cursor import ConsumerType
@@ -27,9 +27,7 @@ from broker_core.errors import (
     ConsumerBusy,
     CumulativeAcknowledgementNotAllowedError,
     InvalidConfiguration,
-    OperationNotSupported,
     PulsarException,
-    Timeout,
 )
 from broker_core.key_shared import KeySharedMode
 from broker_core.message import Message, Schema
@@ -183,18 +181,7 @@ class NonPersistentConsumer:
         """The next message; ``Timeout`` if none arrives within ``timeout_millis`` (None: wait forever)."""
         if self._listener is not None:
             raise InvalidConfiguration("receive() cannot be used on a consumer with a message_listener")
-        check_type_or_none(int, timeout_millis, "timeout_millis")
-        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
-        with self._cv:
-            while True:
-                self._check_open()
-                if self._queue:
-                    return self._take()
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise Timeout(f"no message on {self._topic_label} within {timeout_millis} ms",
-                                  topic=self._topic_label)
-                self._cv.wait(timeout=remaining)
+        return wait_next(self._cv, self._queue, self._take, self._check_open, timeout_millis, self._topic_label)
 
     def batch_receive(self) -> list[Message]:
         """Messages up to the batch receive policy's limits, waiting at most its timeout."""
@@ -296,17 +283,13 @@ class NonPersistentConsumer:
     def seek(self, messageid: MessageId | int) -> None:
         """Refused: a non-persistent subscription keeps no messages to reset to."""
         self._check_open()
-        raise OperationNotSupported(
-            f"seek is not supported on non-persistent topic {self._topic_label}: no message is kept "
-            f"({NP_DOCS})",
-            topic=self._topic_label,
-        )
+        raise seek_refused(self._topic_label)
 
     def get_last_message_id(self) -> MessageId:
         """Refused, as Pulsar refuses it on non-persistent topics."""
         self._check_open()
-        raise OperationNotSupported(
-            f"get_last_message_id is not supported on non-persistent topic {self._topic_label} ({NP_DOCS})",
+        raise unsupported(
+            f"get_last_message_id is not supported on non-persistent topic {self._topic_label}",
             topic=self._topic_label,
         )
 
@@ -315,9 +298,9 @@ class NonPersistentConsumer:
     ) -> None:
         """Refused: retry letter topics are not available for non-persistent subscriptions."""
         self._check_open()
-        raise OperationNotSupported(
+        raise unsupported(
             f"reconsume_later is not supported on non-persistent topic {self._topic_label}: it needs a retry "
-            f"letter topic and delayed delivery ({NP_DOCS})",
+            "letter topic and delayed delivery",
             topic=self._topic_label,
         )
 

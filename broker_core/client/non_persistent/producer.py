@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from broker_core.client.args import check_str_map, check_type, check_type_or_none
 from broker_core.client.non_persistent.handles import registry_of, track
-from broker_core.client.non_persistent.refusals import NP_DOCS
+from broker_core.client.non_persistent.refusals import unsupported
 from broker_core.errors import (
     AlreadyClosed,
     InvalidConfiguration,
     MessageTooBig,
-    OperationNotSupported,
     PulsarException,
     result_for,
 )
@@ -176,9 +175,9 @@ class NonPersistentProducer:
         check_type_or_none(int, deliver_at, "deliver_at")
         check_type_or_none(timedelta, deliver_after, "deliver_after")
         if deliver_at is not None or deliver_after is not None:
-            raise OperationNotSupported(
+            raise unsupported(
                 f"delayed delivery (deliver_at / deliver_after) needs a stored message; {self._topic} is "
-                f"non-persistent and delivers at once ({NP_DOCS})",
+                "non-persistent and delivers at once",
                 topic=str(self._topic),
             )
         if sequence_id is not None and sequence_id < 0:
@@ -255,9 +254,9 @@ def create_non_persistent_producer(
     """``Client.create_producer`` for a non-persistent topic (arguments already type-checked)."""
     name = TopicName.parse(topic)
     if chunking_enabled:
-        raise OperationNotSupported(
+        raise unsupported(
             f"chunking_enabled=True is not supported on non-persistent topic {name}: chunks are reassembled "
-            f"from storage, which a non-persistent topic does not have ({NP_DOCS})",
+            "from storage, which a non-persistent topic does not have",
             topic=str(name),
         )
     partitions = client._broker.partitions(name)

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from broker_core.client.args import check_type_or_none
 from broker_core.client.non_persistent.handles import registry_of, track
-from broker_core.client.non_persistent.refusals import NP_DOCS
-from broker_core.errors import AlreadyClosed, OperationNotSupported, Timeout
+from broker_core.client.non_persistent.receiver_queue import wait_next
+from broker_core.client.non_persistent.refusals import seek_refused, unsupported
+from broker_core.errors import AlreadyClosed, Timeout
 from broker_core.message import Message, Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
@@ -84,18 +83,8 @@ class NonPersistentReader:
 
     def read_next(self, timeout_millis: int | None = None) -> Message:
         """The next message; waits up to ``timeout_millis`` (forever if None), else ``Timeout``."""
-        check_type_or_none(int, timeout_millis, "timeout_millis")
-        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
-        with self._cv:
-            while True:
-                self._check_open()
-                if self._buffer:
-                    return self._buffer.popleft()
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise Timeout(f"no message on {self._topic} within {timeout_millis} ms",
-                                  topic=str(self._topic))
-                self._cv.wait(timeout=remaining)
+        return wait_next(self._cv, self._buffer, self._buffer.popleft, self._check_open, timeout_millis,
+                         str(self._topic))
 
     def has_message_available(self) -> bool:
         """Whether ``read_next`` would return without waiting for a new publish."""
@@ -106,10 +95,7 @@ class NonPersistentReader:
     def seek(self, message_id: MessageId | int) -> None:
         """Refused: a non-persistent topic keeps no messages to go back (or forward) to."""
         self._check_open()
-        raise OperationNotSupported(
-            f"seek is not supported on non-persistent topic {self._topic}: no message is kept ({NP_DOCS})",
-            topic=str(self._topic),
-        )
+        raise seek_refused(str(self._topic))
 
     def close(self) -> None:
         """Disconnect; a blocked ``read_next`` wakes and raises ``AlreadyClosed``."""
@@ -152,11 +138,10 @@ def create_non_persistent_reader(
     """``Client.create_reader`` for a non-persistent topic (arguments already type-checked)."""
     name = TopicName.parse(topic)
     if start_message_id not in (MessageId.earliest, MessageId.latest):
-        raise OperationNotSupported(
+        raise unsupported(
             f"a reader on non-persistent topic {name} can start only at MessageId.earliest or "
             f"MessageId.latest (both mean: the next message published), not at {start_message_id}; "
-            "no message is kept "
-            f"({NP_DOCS})",
+            "no message is kept",
             topic=str(name),
         )
     partitions = client._broker.partitions(name)

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.non_persistent.consumer import NonPersistentConsumer
 from broker_core.client.non_persistent.handles import registry_of
-from broker_core.client.non_persistent.refusals import NP_DOCS
+from broker_core.client.non_persistent.refusals import unsupported
 from broker_core.client.policies import ConsumerBatchReceivePolicy, ConsumerDeadLetterPolicy, RegexSubscriptionMode
 from broker_core.cursor import ConsumerType
-from broker_core.errors import InvalidConfiguration, OperationNotSupported
+from broker_core.errors import InvalidConfiguration
 from broker_core.message import Schema
 from broker_core.naming import NamespaceName, TopicName
 
@@ -35,9 +35,9 @@ def is_non_persistent_subscription(topics: list[TopicName], pattern: re.Pattern[
         return pattern.pattern.startswith("non-persistent://")
     kinds = {t.is_persistent for t in topics}
     if len(kinds) > 1:
-        raise OperationNotSupported(
+        raise unsupported(
             "a consumer's topics must be all persistent or all non-persistent; subscribe to the "
-            f"non-persistent ones with a consumer of their own ({NP_DOCS})"
+            "non-persistent ones with a consumer of their own"
         )
     return kinds == {False}
 
@@ -99,10 +99,9 @@ def subscribe_non_persistent(
     here: a non-persistent subscription always starts with the next message published.
     """
     if dead_letter_policy is not None or retry_enable:
-        raise OperationNotSupported(
-            f"dead letter and retry letter topics are not supported on non-persistent topics "
-            f"({topic_label}): "
-            f"a redelivery count cannot outlive the consumer's memory ({NP_DOCS})"
+        raise unsupported(
+            f"dead letter and retry letter topics are not supported on non-persistent topics ({topic_label}): "
+            "a redelivery count cannot outlive the consumer's memory"
         )
     internal: list[TopicName] = []
     for name in topics:
