@@ -16,16 +16,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker_core.backoff import MultiplierRedeliveryBackoff
+from broker_core.client.consumer_base import ConsumerBase
 from broker_core.client.non_persistent.handles import registry_of
 from broker_core.client.non_persistent.receiver_queue import wait_next
 from broker_core.client.non_persistent.refusals import seek_refused, unsupported
 from broker_core.client.policies import ConsumerBatchReceivePolicy
-from broker_core.client.receive_batch import collect_batch
 from broker_core.cursor import ConsumerType
 from broker_core.errors import (
-    AlreadyClosed,
     ConsumerBusy,
-    CumulativeAcknowledgementNotAllowedError,
     InvalidConfiguration,
     PulsarException,
 )
@@ -54,8 +52,10 @@ class _Inbox:
         return self.consumer._offer(self.source, message)
 
 
-class NonPersistentConsumer:
+class NonPersistentConsumer(ConsumerBase):
     """A consumer of a subscription on non-persistent topics. Create with ``Client.subscribe``."""
+
+    _log = _LOG
 
     def __init__(
         self,
@@ -149,25 +149,7 @@ class NonPersistentConsumer:
             self._cv.notify_all()
             return True
 
-    # -- identity -----------------------------------------------------------------------------------
-
-    def topic(self) -> str:
-        return self._topic_label
-
-    def subscription_name(self) -> str:
-        return self._subscription
-
-    def consumer_name(self) -> str:
-        return self._name
-
-    def is_connected(self) -> bool:
-        return not self._closed
-
     # -- receiving ----------------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise AlreadyClosed(f"consumer {self._name!r} on {self._topic_label} is closed")
 
     def _take(self) -> Message:
         msg = self._queue.popleft()
@@ -182,32 +164,6 @@ class NonPersistentConsumer:
         if self._listener is not None:
             raise InvalidConfiguration("receive() cannot be used on a consumer with a message_listener")
         return wait_next(self._cv, self._queue, self._take, self._check_open, timeout_millis, self._topic_label)
-
-    def batch_receive(self) -> list[Message]:
-        """Messages up to the batch receive policy's limits, waiting at most its timeout."""
-        return collect_batch(self._cv, self._queue, self._take, self._check_open, self._batch_policy)
-
-    def _listen(self) -> None:
-        while not self._closed:
-            with self._cv:
-                while not self._closed and (not self._queue or self._paused):
-                    self._cv.wait(timeout=0.1)
-                if self._closed:
-                    return
-                msg = self._take()
-            assert self._listener is not None
-            try:
-                self._listener(self, msg)
-            except Exception:
-                _LOG.exception("message listener of %s on %s raised", self._name, self._topic_label)
-
-    def pause_message_listener(self) -> None:
-        self._paused = True
-
-    def resume_message_listener(self) -> None:
-        with self._cv:
-            self._paused = False
-            self._cv.notify_all()
 
     # -- acknowledgment -----------------------------------------------------------------------------
 
@@ -232,11 +188,7 @@ class NonPersistentConsumer:
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Forget every unacked message up to this one on its topic (Exclusive and Failover only)."""
         self._check_open()
-        if self._type in (ConsumerType.Shared, ConsumerType.KeyShared):
-            raise CumulativeAcknowledgementNotAllowedError(
-                f"cumulative acknowledgment is not allowed on {self._type.name} subscription "
-                f"{self._subscription!r}; acknowledge messages one by one",
-            )
+        self._check_cumulative_allowed()
         if not isinstance(message, Message | MessageId):
             raise InvalidConfiguration(f"expected a Message or MessageId, got {type(message).__name__}")
         msg_id = message.message_id() if isinstance(message, Message) else message
