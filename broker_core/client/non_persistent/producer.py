@@ -33,13 +33,7 @@ from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.non_persistent import ProducerToken
 from broker_core.producer_registry import ProducerAccessMode
-from broker_core.routing import (
-    CustomRouter,
-    MessageRouter,
-    PartitionsRoutingMode,
-    RoundRobinRouter,
-    SinglePartitionRouter,
-)
+from broker_core.routing import CustomRouter, MessageRouter, PartitionsRoutingMode, router_for
 
 if TYPE_CHECKING:
     from broker_core.client.client import Client
@@ -222,21 +216,6 @@ class NonPersistentProducer:
         return publish
 
 
-def _router_for(
-    client: Client, count: int, *, message_routing_mode: PartitionsRoutingMode,
-    message_router: Callable[[Any, int], int] | None, hashing_scheme: HashingScheme,
-) -> MessageRouter:
-    """The router of a partitioned topic, chosen as for a persistent producer (batching off, since a
-    non-persistent send is never batched)."""
-    if message_router is not None:
-        return CustomRouter(count, message_router)
-    if message_routing_mode == PartitionsRoutingMode.UseSinglePartition:
-        return SinglePartitionRouter(count, scheme=hashing_scheme)
-    if message_routing_mode == PartitionsRoutingMode.CustomPartition:
-        raise InvalidConfiguration("message_routing_mode=CustomPartition needs a message_router function")
-    return RoundRobinRouter(count, scheme=hashing_scheme, batching_enabled=False, clock=client._clock)
-
-
 def create_non_persistent_producer(
     client: Client,
     topic: str,
@@ -262,8 +241,9 @@ def create_non_persistent_producer(
     partitions = client._broker.partitions(name)
     router = None
     if len(partitions) > 1 or partitions[0] != name:
-        router = _router_for(client, len(partitions), message_routing_mode=message_routing_mode,
-                             message_router=message_router, hashing_scheme=hashing_scheme)
+        # as for a persistent producer, with batching off: a non-persistent send is never batched
+        router = router_for(len(partitions), message_routing_mode=message_routing_mode,
+                            message_router=message_router, hashing_scheme=hashing_scheme, clock=client._clock)
     producer = NonPersistentProducer(
         client, name, partitions,
         producer_name=producer_name or f"pubsub-{os.getpid()}-np{next(_NAME_COUNTER)}-{uuid.uuid4().hex[:6]}",
