@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from broker_core.client.args import check_str_map, check_type, check_type_or_none
+from broker_core.client.args import check_send_arguments
 from broker_core.client.non_persistent.handles import registry_of, track
 from broker_core.client.non_persistent.refusals import unsupported
 from broker_core.errors import (
@@ -159,15 +159,8 @@ class NonPersistentProducer:
         if self._closed:
             raise AlreadyClosed(f"producer {self._name!r} on {self._topic} is closed")
         data = None if content is None else self._schema.encode(content)
-        props = check_str_map(properties, "properties")
-        check_type_or_none(str, partition_key, "partition_key")
-        check_type_or_none(str, ordering_key, "ordering_key")
-        check_type_or_none(int, sequence_id, "sequence_id")
-        check_type_or_none(list, replication_clusters, "replication_clusters")
-        check_type(bool, disable_replication, "disable_replication")
-        check_type_or_none(int, event_timestamp, "event_timestamp")
-        check_type_or_none(int, deliver_at, "deliver_at")
-        check_type_or_none(timedelta, deliver_after, "deliver_after")
+        props = check_send_arguments(properties, partition_key, ordering_key, sequence_id, replication_clusters,
+                                     disable_replication, event_timestamp, deliver_at, deliver_after)
         if deliver_at is not None or deliver_after is not None:
             raise unsupported(
                 f"delayed delivery (deliver_at / deliver_after) needs a stored message; {self._topic} is "
