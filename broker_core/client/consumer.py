@@ -215,19 +215,8 @@ class Consumer(ConsumerBase):
             msg = entry[0] if entry else message if isinstance(message, Message) else None
             if msg is None:
                 return
-            delay_ms = (
-                self._nack_backoff.next_delay_ms(msg.redelivery_count()) if self._nack_backoff else self._nack_delay_ms
-            )
-            self._nacks.append((time.monotonic() + delay_ms / 1000, msg))
+            self._schedule_nack(msg)
         self._wake.set()
-
-    def redeliver_unacknowledged_messages(self) -> None:
-        """Redeliver every message received and not acknowledged yet."""
-        self._check_open()
-        with self._cv:
-            msgs = [m for m, _ in self._unacked.values()]
-            self._unacked.clear()
-        self._redeliver(msgs)
 
     def _redeliver(self, msgs: list[Message]) -> None:
         keep: list[Message] = []

@@ -3,18 +3,21 @@
 The persistent ``Consumer`` fills its queue from storage and the ``NonPersistentConsumer`` has it
 filled in memory by the topic, but their user sees the same consumer: the same identity methods,
 the same closed check, ``batch_receive`` over the queue, the message listener thread with pause
-and resume, and the rule that Shared and Key_Shared subscriptions refuse cumulative acks.  One
-implementation keeps the two from drifting apart.
+and resume, the rule that Shared and Key_Shared subscriptions refuse cumulative acks, and when a
+negatively acknowledged or unacknowledged message is handed back.  One implementation keeps the
+two from drifting apart.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.receive_batch import collect_batch
 from broker_core.cursor import ConsumerType
@@ -23,10 +26,14 @@ from broker_core.message import Message
 
 
 class ConsumerBase:
-    """The shared half of a consumer; a subclass sets the attributes below and defines ``_take``.
+    """The shared half of a consumer; a subclass sets the attributes below, ``_take`` and ``_redeliver``.
 
     ``_take`` pops the next message off ``_queue`` and does the subclass's bookkeeping; it is
-    called with ``_cv`` held.  ``_log`` is the logger a failing message listener is reported to.
+    called with ``_cv`` held.  ``_redeliver`` hands messages back for delivery, the subclass's way
+    (through the cursor, or dispatched again in memory).  ``_unacked`` maps a subclass's key of a
+    received message to the message and its ack-timeout deadline; ``_nacks`` holds negatively
+    acknowledged messages with the time they are due again.  ``_log`` is the logger a failing
+    message listener is reported to.
     """
 
     _log: logging.Logger
@@ -40,8 +47,15 @@ class ConsumerBase:
     _queue: deque[Message]
     _batch_policy: ConsumerBatchReceivePolicy
     _listener: Callable[[Any, Message], None] | None
+    _unacked: dict[Any, tuple[Message, float | None]]
+    _nacks: list[tuple[float, Message]]
+    _nack_delay_ms: int
+    _nack_backoff: MultiplierRedeliveryBackoff | None
 
     def _take(self) -> Message:
+        raise NotImplementedError
+
+    def _redeliver(self, msgs: list[Message]) -> None:
         raise NotImplementedError
 
     # -- identity -----------------------------------------------------------------------------------
@@ -99,6 +113,24 @@ class ConsumerBase:
                 f"cumulative acknowledgment is not allowed on {self._type.name} subscription "
                 f"{self._subscription!r}; acknowledge messages one by one",
             )
+
+    def _schedule_nack(self, msg: Message) -> None:
+        """Hand ``msg`` back after the negative-ack delay, or the backoff for its redelivery count.
+
+        Call with ``_cv`` held, then wake the thread that runs the timers.
+        """
+        delay_ms = (
+            self._nack_backoff.next_delay_ms(msg.redelivery_count()) if self._nack_backoff else self._nack_delay_ms
+        )
+        self._nacks.append((time.monotonic() + delay_ms / 1000, msg))
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        """Redeliver every message received and not acknowledged yet, now."""
+        self._check_open()
+        with self._cv:
+            msgs = [m for m, _ in self._unacked.values()]
+            self._unacked.clear()
+        self._redeliver(msgs)
 
 
 __all__ = ["ConsumerBase"]

@@ -210,20 +210,11 @@ class NonPersistentConsumer(ConsumerBase):
                 msg = message
             if msg is None:
                 return
-            delay_ms = (self._nack_backoff.next_delay_ms(msg.redelivery_count()) if self._nack_backoff
-                        else self._nack_delay_ms)
-            self._nacks.append((time.monotonic() + delay_ms / 1000, msg))
+            self._schedule_nack(msg)
         self._wake.set()
 
-    def redeliver_unacknowledged_messages(self) -> None:
-        """Dispatch every received, unacknowledged message again on the subscription, now."""
-        self._check_open()
-        with self._cv:
-            msgs = [m for m, _ in self._unacked.values()]
-            self._unacked.clear()
-        self._redeliver(msgs)
-
     def _redeliver(self, msgs: list[Message]) -> None:
+        """Dispatch ``msgs`` again on the subscription of their topic, to whichever consumer it picks now."""
         by_source: dict[int, list[Message]] = {}
         for msg in msgs:
             by_source.setdefault(msg._source, []).append(msg)
