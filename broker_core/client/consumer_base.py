@@ -26,7 +26,8 @@ from broker_core.message import Message
 
 
 class ConsumerBase:
-    """The shared half of a consumer; a subclass sets the attributes below, ``_take`` and ``_redeliver``.
+    """The shared half of a consumer; a subclass sets the attributes below and defines ``_take`` and
+    ``_redeliver``.
 
     ``_take`` pops the next message off ``_queue`` and does the subclass's bookkeeping; it is
     called with ``_cv`` held.  ``_redeliver`` hands messages back for delivery, the subclass's way
