@@ -17,7 +17,7 @@ import random
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -332,6 +332,41 @@ class CustomRouter(MessageRouter):
         return np.array([self._call(row) for row in rows], dtype=np.int32)
 
 
+def router_for(
+    num_partitions: int,
+    *,
+    message_routing_mode: PartitionsRoutingMode,
+    message_router: Callable[[Any, int], int] | None,
+    hashing_scheme: HashingScheme,
+    batching_enabled: bool = False,
+    partition_switch_ms: int = 10,
+    clock: Clock | None = None,
+) -> MessageRouter:
+    """The router of a partitioned producer, chosen from its settings as the official client chooses.
+
+    Persistent and non-persistent producers take the same settings, so one place decides: a
+    ``message_router`` function wins whatever the mode, ``UseSinglePartition`` pins keyless
+    messages, and anything else spreads them round-robin (``batching_enabled`` and
+    ``partition_switch_ms`` as for ``RoundRobinRouter``).
+
+    Raises:
+        InvalidConfiguration: ``CustomPartition`` without a ``message_router`` function.
+    """
+    if message_router is not None:
+        return CustomRouter(num_partitions, message_router)
+    if message_routing_mode == PartitionsRoutingMode.UseSinglePartition:
+        return SinglePartitionRouter(num_partitions, scheme=hashing_scheme)
+    if message_routing_mode == PartitionsRoutingMode.CustomPartition:
+        raise InvalidConfiguration("message_routing_mode=CustomPartition needs a message_router function")
+    return RoundRobinRouter(
+        num_partitions,
+        scheme=hashing_scheme,
+        batching_enabled=batching_enabled,
+        partition_switch_ms=partition_switch_ms,
+        clock=clock,
+    )
+
+
 __all__ = [
     "CustomRouter",
     "MessageRouter",
@@ -340,4 +375,5 @@ __all__ = [
     "SinglePartitionRouter",
     "partition_for_key",
     "partitions_for_keys",
+    "router_for",
 ]

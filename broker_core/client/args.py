@@ -6,6 +6,7 @@ The official client raises ``ValueError`` for a wrongly typed argument; ours rai
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from broker_core.errors import InvalidConfiguration
@@ -55,4 +56,32 @@ def check_str_map(value: Any, name: str) -> dict[str, str] | None:
     return value
 
 
-__all__ = ["check_positive", "check_str_map", "check_type", "check_type_or_none"]
+def check_send_arguments(
+    properties: Any,
+    partition_key: Any,
+    ordering_key: Any,
+    sequence_id: Any,
+    replication_clusters: Any,
+    disable_replication: Any,
+    event_timestamp: Any,
+    deliver_at: Any,
+    deliver_after: Any,
+) -> dict[str, str] | None:
+    """Type-check the optional arguments of ``send`` / ``send_async``; return the properties.
+
+    Persistent and non-persistent producers take the same arguments and refuse the same wrong types;
+    what each does with a well-typed value (a negative ``sequence_id``, a delay) is its own rule.
+    """
+    props = check_str_map(properties, "properties")
+    check_type_or_none(str, partition_key, "partition_key")
+    check_type_or_none(str, ordering_key, "ordering_key")
+    check_type_or_none(int, sequence_id, "sequence_id")
+    check_type_or_none(list, replication_clusters, "replication_clusters")
+    check_type(bool, disable_replication, "disable_replication")
+    check_type_or_none(int, event_timestamp, "event_timestamp")
+    check_type_or_none(int, deliver_at, "deliver_at")
+    check_type_or_none(timedelta, deliver_after, "deliver_after")
+    return props
+
+
+__all__ = ["check_positive", "check_send_arguments", "check_str_map", "check_type", "check_type_or_none"]

@@ -42,13 +42,7 @@ from broker_core.message import BytesSchema, Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.producer_registry import ProducerAccessMode
-from broker_core.routing import (
-    CustomRouter,
-    MessageRouter,
-    PartitionsRoutingMode,
-    RoundRobinRouter,
-    SinglePartitionRouter,
-)
+from broker_core.routing import MessageRouter, PartitionsRoutingMode, router_for
 from broker_core.segment import CompressionType
 
 _NAME_COUNTER = itertools.count()
@@ -233,21 +227,15 @@ class Client:
         name, partitions = self._resolve(topic)
         router: MessageRouter | None = None
         if len(partitions) > 1 or partitions[0] != name:
-            count = len(partitions)
-            if message_router is not None:
-                router = CustomRouter(count, message_router)
-            elif message_routing_mode == PartitionsRoutingMode.UseSinglePartition:
-                router = SinglePartitionRouter(count, scheme=hashing_scheme)
-            elif message_routing_mode == PartitionsRoutingMode.CustomPartition:
-                raise InvalidConfiguration("message_routing_mode=CustomPartition needs a message_router function")
-            else:
-                router = RoundRobinRouter(
-                    count,
-                    scheme=hashing_scheme,
-                    batching_enabled=batching_enabled,
-                    partition_switch_ms=max(1, batching_max_publish_delay_ms),
-                    clock=self._clock,
-                )
+            router = router_for(
+                len(partitions),
+                message_routing_mode=message_routing_mode,
+                message_router=message_router,
+                hashing_scheme=hashing_scheme,
+                batching_enabled=batching_enabled,
+                partition_switch_ms=max(1, batching_max_publish_delay_ms),
+                clock=self._clock,
+            )
         producer = Producer(
             self,
             name,

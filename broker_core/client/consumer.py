@@ -21,15 +21,13 @@ import numpy as np
 
 from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.args import check_type, check_type_or_none
+from broker_core.client.consumer_base import ConsumerBase
 from broker_core.client.dead_letters import DeadLetters
 from broker_core.client.policies import ConsumerBatchReceivePolicy
-from broker_core.client.receive_batch import collect_batch
 from broker_core.client.subscription_part import SubscriptionPart
 from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import (
-    AlreadyClosed,
     ConsumerBusy,
-    CumulativeAcknowledgementNotAllowedError,
     InvalidConfiguration,
     NotAllowedError,
     PulsarException,
@@ -44,8 +42,10 @@ if TYPE_CHECKING:
 _LOG = logging.getLogger(__name__)
 
 
-class Consumer:
+class Consumer(ConsumerBase):
     """Receives messages of a subscription. Create with ``Client.subscribe``."""
+
+    _log = _LOG
 
     def __init__(
         self,
@@ -130,25 +130,7 @@ class Consumer:
         part.log.add_waiter(self._wake)
         part.store.add_waiter(self._wake)
 
-    # -- identity -----------------------------------------------------------------------------------
-
-    def topic(self) -> str:
-        return self._topic_label
-
-    def subscription_name(self) -> str:
-        return self._subscription
-
-    def consumer_name(self) -> str:
-        return self._name
-
-    def is_connected(self) -> bool:
-        return not self._closed
-
     # -- receiving ----------------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise AlreadyClosed(f"consumer {self._name!r} on {self._topic_label} is closed")
 
     def _take(self) -> Message:
         msg = self._queue.popleft()
@@ -178,32 +160,6 @@ class Consumer:
                         f"no message on {self._topic_label} within {timeout_millis} ms", topic=self._topic_label
                     )
                 self._cv.wait(timeout=remaining)
-
-    def batch_receive(self) -> list[Message]:
-        """Messages up to the batch receive policy's limits, waiting at most its timeout."""
-        return collect_batch(self._cv, self._queue, self._take, self._check_open, self._batch_policy)
-
-    def _listen(self) -> None:
-        while not self._closed:
-            with self._cv:
-                while not self._closed and (not self._queue or self._paused):
-                    self._cv.wait(timeout=0.1)
-                if self._closed:
-                    return
-                msg = self._take()
-            assert self._listener is not None
-            try:
-                self._listener(self, msg)
-            except Exception:  # like the official client: log it, keep listening (the message stays unacked)
-                _LOG.exception("message listener of consumer %s on %s raised", self._name, self._topic_label)
-
-    def pause_message_listener(self) -> None:
-        self._paused = True
-
-    def resume_message_listener(self) -> None:
-        with self._cv:
-            self._paused = False
-            self._cv.notify_all()
 
     # -- acknowledgment ---------------------------------------------------------------------------
 
@@ -242,11 +198,7 @@ class Consumer:
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge every message up to this one (Exclusive and Failover only)."""
         self._check_open()
-        if self._type in (ConsumerType.Shared, ConsumerType.KeyShared):
-            raise CumulativeAcknowledgementNotAllowedError(
-                f"cumulative acknowledgment is not allowed on {self._type.name} subscription "
-                f"{self._subscription!r}; acknowledge messages one by one",
-            )
+        self._check_cumulative_allowed()
         source, offsets = self._locate(message)
         last = max(offsets)
         with self._cv:
@@ -263,19 +215,8 @@ class Consumer:
             msg = entry[0] if entry else message if isinstance(message, Message) else None
             if msg is None:
                 return
-            delay_ms = (
-                self._nack_backoff.next_delay_ms(msg.redelivery_count()) if self._nack_backoff else self._nack_delay_ms
-            )
-            self._nacks.append((time.monotonic() + delay_ms / 1000, msg))
+            self._schedule_nack(msg)
         self._wake.set()
-
-    def redeliver_unacknowledged_messages(self) -> None:
-        """Redeliver every message received and not acknowledged yet."""
-        self._check_open()
-        with self._cv:
-            msgs = [m for m, _ in self._unacked.values()]
-            self._unacked.clear()
-        self._redeliver(msgs)
 
     def _redeliver(self, msgs: list[Message]) -> None:
         keep: list[Message] = []

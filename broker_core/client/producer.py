@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker_core.bulk import PartitionAppend, to_segment_rows
-from broker_core.client.args import check_str_map, check_type, check_type_or_none
+from broker_core.client.args import check_send_arguments, check_type
 from broker_core.client.builder import PendingMessage, plan_entries, rows_for
 from broker_core.errors import (
     AlreadyClosed,
@@ -429,15 +429,17 @@ class Producer:
             and deliver_at is None
             and deliver_after is None
         ):  # the plain send skips the argument checks: they cost more than the rest of the send
-            props = check_str_map(properties, "properties")
-            check_type_or_none(str, partition_key, "partition_key")
-            check_type_or_none(str, ordering_key, "ordering_key")
-            check_type_or_none(int, sequence_id, "sequence_id")
-            check_type_or_none(list, replication_clusters, "replication_clusters")
-            check_type(bool, disable_replication, "disable_replication")
-            check_type_or_none(int, event_timestamp, "event_timestamp")
-            check_type_or_none(int, deliver_at, "deliver_at")
-            check_type_or_none(timedelta, deliver_after, "deliver_after")
+            props = check_send_arguments(
+                properties,
+                partition_key,
+                ordering_key,
+                sequence_id,
+                replication_clusters,
+                disable_replication,
+                event_timestamp,
+                deliver_at,
+                deliver_after,
+            )
             if sequence_id is not None and sequence_id < 0:
                 raise InvalidConfiguration(f"argument 'sequence_id' must be >= 0, got {sequence_id}")
         publish_ms = self._clock.now_ms()

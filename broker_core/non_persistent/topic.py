@@ -1,30 +1,9 @@
-"""Non-persistent topics: in-memory dispatch inside one process, with Pulsar's subscription rules.
+"""One non-persistent internal topic in this process: publish, producers and access modes, readers.
 
-A ``non-persistent://`` topic is never written to storage.  There is no broker process to relay
-through either, so a non-persistent topic exists only inside the process that uses it: every
-``Client`` of one storage root in a process shares one ``NonPersistentRegistry`` (keyed by the
-root's URI), and a published message reaches the consumers and readers that are connected to the
-topic *in this process at the moment it is published*.  Another process using the same topic name
-has a different topic; the two never see each other's messages.
-
-What a ``publish`` does, as a Pulsar broker does for a non-persistent topic:
-
-- every subscription with connected consumers gets the message once, per its type:
-  Exclusive (the one consumer), Failover (the active consumer of this partition, chosen by
-  ``broker_core.failover.active_consumer``), Shared (round-robin over the connected consumers of
-  the highest priority level that has room), Key_Shared (the owner of the message's sticky key
-  hash, from ``broker_core.key_shared``: AUTO_SPLIT ranges split and merged as consumers join and
-  leave, consistent hashing, or STICKY ranges);
-- every connected reader gets it;
-- a subscription without consumers, a consumer whose receiver queue is full, and a Key_Shared hash
-  nobody owns all *drop* the message (counted in ``stats()``); nothing is kept for later.
-
-Message ids are ``(ledger 0, entry n, partition, batch -1)``: ``n`` counts the messages published
-to this internal topic in this process since it was first used (topic objects are never discarded,
-so an id is never reused within a process).  Ids are not meaningful in another process.
-
-This module is the "broker" half: it knows nothing about the client classes, which connect through
-the ``Receiver`` protocol (``offer`` a message without blocking; refuse it when full).
+A publish builds the message once and hands it, under the topic's lock, to every subscription
+(which picks one consumer by its type) and to every reader; whoever cannot take it misses it.
+Producers register here so that Pulsar's access modes hold among the producers of this process,
+which are all the producers a non-persistent topic has.
 """
 
 from __future__ import annotations
@@ -34,40 +13,23 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from broker_core.cursor import ConsumerType
 from broker_core.errors import ConsumerBusy, InvalidConfiguration, ProducerBusy, ProducerFenced
-from broker_core.failover import FailoverConsumer, active_consumer
 from broker_core.hashing import sticky_key_hash
-from broker_core.key_shared import (
-    DEFAULT_POINTS_PER_CONSUMER,
-    KeySharedConsumer,
-    KeySharedMode,
-    KeySharedSelector,
-    selector_for,
-)
+from broker_core.key_shared import DEFAULT_POINTS_PER_CONSUMER, KeySharedMode
 from broker_core.message import Message
 from broker_core.message_id import MessageId
-from broker_core.naming import NamespaceName, TopicName
+from broker_core.naming import TopicName
+from broker_core.non_persistent.receiver import Receiver
+from broker_core.non_persistent.subscription import NonPersistentSubscription
 from broker_core.producer_registry import ProducerAccessMode
 
 NON_PERSISTENT_LEDGER_ID = 0
 """The ledger id of every non-persistent message id (entry ids count messages per topic)."""
 
 _WAIT_POLL_S = 0.05  # how often a WaitForExclusive producer re-checks whether it should give up
-
-
-class Receiver(Protocol):
-    """A connected consumer or reader, as the dispatcher sees it."""
-
-    def offer(self, message: Message) -> bool:
-        """Take ``message`` (a copy of its own) into the receiver queue without blocking.
-
-        Returns False when the queue is full or the receiver is closing: the message is dropped.
-        Called with the topic's lock held, so it must not call back into the topic.
-        """
-        ...
 
 
 @dataclass(slots=True)
@@ -84,158 +46,6 @@ class ProducerToken:
     name: str
     access_mode: ProducerAccessMode
     fenced: bool = False
-
-
-@dataclass(slots=True)
-class _Member:
-    name: str
-    join_order: int
-    priority_level: int
-    receiver: Receiver
-
-
-class NonPersistentSubscription:
-    """A subscription on one non-persistent internal topic: its connected consumers and dispatch.
-
-    It exists while it has consumers: the last one leaving removes it (Pulsar's non-persistent
-    subscriptions keep no state worth keeping), so the next consumer may choose another type.
-    """
-
-    def __init__(
-        self,
-        topic: NonPersistentTopic,
-        name: str,
-        sub_type: ConsumerType,
-        *,
-        key_shared_mode: KeySharedMode,
-        consistent_hashing: bool,
-        points_per_consumer: int,
-    ) -> None:
-        self.topic = topic
-        self.name = name
-        self.sub_type = sub_type
-        self.key_shared_mode = key_shared_mode
-        self._consistent = consistent_hashing
-        self._points = points_per_consumer
-        self.members: dict[str, _Member] = {}
-        self._next_join = 0
-        self._selector: KeySharedSelector | None = None
-        self._groups: list[list[_Member]] = []  # Shared: members by priority level, in join order
-        self._round_robin: list[int] = []
-        self._active: _Member | None = None  # Exclusive / Failover
-        self.delivered = 0
-        self.dropped = 0
-
-    # -- membership (called with the topic lock held) ------------------------------------------------
-
-    def join(
-        self,
-        consumer_name: str,
-        sub_type: ConsumerType,
-        receiver: Receiver,
-        *,
-        priority_level: int,
-        key_shared_mode: KeySharedMode,
-        sticky_ranges: tuple[tuple[int, int], ...],
-    ) -> None:
-        where = f"subscription {self.name!r} on {self.topic.name}"
-        if consumer_name in self.members:
-            raise ConsumerBusy(
-                f"a consumer named {consumer_name!r} is already connected to {where}; consumer names "
-                "must be unique per subscription",
-                subscription=self.name,
-            )
-        if self.members and sub_type != self.sub_type:
-            raise ConsumerBusy(
-                f"{where} is {self.sub_type.name} with connected consumers; a {sub_type.name} consumer "
-                "cannot join until they leave",
-                subscription=self.name,
-            )
-        if self.members and sub_type == ConsumerType.Exclusive:
-            raise ConsumerBusy(
-                f"exclusive {where} already has consumer {next(iter(self.members))!r}",
-                subscription=self.name,
-            )
-        if sub_type == ConsumerType.KeyShared and self.members and key_shared_mode != self.key_shared_mode:
-            raise ConsumerBusy(
-                f"Key_Shared {where} uses mode {self.key_shared_mode.name}; a consumer with mode "
-                f"{key_shared_mode.name} cannot join",
-                subscription=self.name,
-            )
-        member = _Member(consumer_name, self._next_join, priority_level, receiver)
-        if sub_type == ConsumerType.KeyShared:
-            joining = KeySharedConsumer(consumer_name, member.join_order, sticky_ranges)
-            if self._selector is None:
-                self._selector = selector_for(self.key_shared_mode, self._consistent, [joining],
-                                              points_per_consumer=self._points)
-            else:
-                self._selector.add(joining)  # refuses (ConsumerBusy) without changing anything
-        self._next_join += 1
-        self.members[consumer_name] = member
-        self._refresh()
-
-    def leave(self, consumer_name: str) -> bool:
-        """Disconnect a consumer; False if it was not connected."""
-        if self.members.pop(consumer_name, None) is None:
-            return False
-        if self._selector is not None:
-            self._selector.remove(consumer_name)  # AUTO_SPLIT: its range merges into a neighbour's
-        self._refresh()
-        return True
-
-    def _refresh(self) -> None:
-        members = list(self.members.values())  # insertion order is join order
-        levels = sorted({m.priority_level for m in members})
-        self._groups = [[m for m in members if m.priority_level == level] for level in levels]
-        self._round_robin = [0] * len(self._groups)
-        self._active = None
-        if self.sub_type == ConsumerType.Exclusive and members:
-            self._active = members[0]
-        elif self.sub_type == ConsumerType.Failover and members:
-            name = active_consumer(
-                [FailoverConsumer(m.name, m.priority_level, m.join_order) for m in members],
-                partition_index=max(self.topic.partition, 0),
-                partitioned=self.topic.partition >= 0,
-            )
-            self._active = self.members.get(name) if name is not None else None
-
-    def active_consumer_name(self) -> str | None:
-        """Exclusive / Failover: the consumer that receives this topic's messages now."""
-        return None if self._active is None else self._active.name
-
-    # -- dispatch (called with the topic lock held) ------------------------------------------------
-
-    def dispatch(self, message: Message) -> bool:
-        """Hand ``message`` to the consumer the subscription type picks; False if it was dropped."""
-        if self.sub_type in (ConsumerType.Exclusive, ConsumerType.Failover):
-            ok = self._active is not None and self._offer(self._active, message)
-        elif self.sub_type == ConsumerType.Shared:
-            ok = self._dispatch_shared(message)
-        else:
-            owner = None if self._selector is None else self._selector.owner(message._sticky_key_hash)
-            member = None if owner is None else self.members.get(owner)
-            ok = member is not None and self._offer(member, message)
-        if ok:
-            self.delivered += 1
-        else:
-            self.dropped += 1
-        return ok
-
-    def _dispatch_shared(self, message: Message) -> bool:
-        # Highest priority (smallest level) first; round-robin inside a level; a consumer without
-        # room is skipped, as Pulsar skips consumers without permits.
-        for level, group in enumerate(self._groups):
-            start = self._round_robin[level]
-            for step in range(len(group)):
-                at = (start + step) % len(group)
-                if self._offer(group[at], message):
-                    self._round_robin[level] = (at + 1) % len(group)
-                    return True
-        return False
-
-    @staticmethod
-    def _offer(member: _Member, message: Message) -> bool:
-        return member.receiver.offer(copy.copy(message))
 
 
 class NonPersistentTopic:
@@ -472,61 +282,4 @@ class NonPersistentTopic:
             }
 
 
-class NonPersistentRegistry:
-    """The non-persistent topics of one storage root in this process."""
-
-    def __init__(self, root_uri: str) -> None:
-        self.root_uri = root_uri
-        self._lock = threading.Lock()
-        self._topics: dict[TopicName, NonPersistentTopic] = {}
-
-    def topic(self, name: TopicName) -> NonPersistentTopic:
-        """The topic object of an internal topic, created on first use and kept for the process."""
-        with self._lock:
-            topic = self._topics.get(name)
-            if topic is None:
-                topic = NonPersistentTopic(name)
-                self._topics[name] = topic
-            return topic
-
-    def get(self, name: TopicName) -> NonPersistentTopic | None:
-        """The topic object if it was used in this process, else None."""
-        with self._lock:
-            return self._topics.get(name)
-
-    def topics(self, namespace: NamespaceName | None = None) -> list[TopicName]:
-        """Internal topics used in this process (optionally of one namespace), sorted by name."""
-        with self._lock:
-            names = list(self._topics)
-        if namespace is not None:
-            names = [n for n in names if n.tenant == namespace.tenant and n.namespace == namespace.namespace]
-        return sorted(names, key=str)
-
-
-_REGISTRY_LOCK = threading.Lock()
-_REGISTRIES: dict[str, NonPersistentRegistry] = {}
-
-
-def registry_for(root_uri: str) -> NonPersistentRegistry:
-    """The process's registry of non-persistent topics for the storage root ``root_uri``.
-
-    Keyed by the root alone (not by broker configuration), so every ``Client`` of a root in this
-    process reaches the same topics whatever configuration it was opened with.
-    """
-    with _REGISTRY_LOCK:
-        registry = _REGISTRIES.get(root_uri)
-        if registry is None:
-            registry = NonPersistentRegistry(root_uri)
-            _REGISTRIES[root_uri] = registry
-        return registry
-
-
-__all__ = [
-    "NON_PERSISTENT_LEDGER_ID",
-    "NonPersistentRegistry",
-    "NonPersistentSubscription",
-    "NonPersistentTopic",
-    "ProducerToken",
-    "Receiver",
-    "registry_for",
-]
+__all__ = ["NON_PERSISTENT_LEDGER_ID", "NonPersistentTopic", "ProducerToken"]

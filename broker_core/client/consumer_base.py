@@ -1,0 +1,137 @@
+"""What a consumer does the same way whatever fills its receiver queue.
+
+The persistent ``Consumer`` fills its queue from storage and the ``NonPersistentConsumer`` has it
+filled in memory by the topic, but their user sees the same consumer: the same identity methods,
+the same closed check, ``batch_receive`` over the queue, the message listener thread with pause
+and resume, the rule that Shared and Key_Shared subscriptions refuse cumulative acks, and when a
+negatively acknowledged or unacknowledged message is handed back.  One implementation keeps the
+two from drifting apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from broker_core.backoff import MultiplierRedeliveryBackoff
+from broker_core.client.policies import ConsumerBatchReceivePolicy
+from broker_core.client.receive_batch import collect_batch
+from broker_core.cursor import ConsumerType
+from broker_core.errors import AlreadyClosed, CumulativeAcknowledgementNotAllowedError
+from broker_core.message import Message
+
+
+class ConsumerBase:
+    """The shared half of a consumer; a subclass sets the attributes below and defines ``_take`` and
+    ``_redeliver``.
+
+    ``_take`` pops the next message off ``_queue`` and does the subclass's bookkeeping; it is
+    called with ``_cv`` held.  ``_redeliver`` hands messages back for delivery, the subclass's way
+    (through the cursor, or dispatched again in memory).  ``_unacked`` maps a subclass's key of a
+    received message to the message and its ack-timeout deadline; ``_nacks`` holds negatively
+    acknowledged messages with the time they are due again.  ``_log`` is the logger a failing
+    message listener is reported to.
+    """
+
+    _log: logging.Logger
+    _topic_label: str
+    _subscription: str
+    _name: str
+    _type: ConsumerType
+    _closed: bool
+    _paused: bool
+    _cv: threading.Condition
+    _queue: deque[Message]
+    _batch_policy: ConsumerBatchReceivePolicy
+    _listener: Callable[[Any, Message], None] | None
+    _unacked: dict[Any, tuple[Message, float | None]]
+    _nacks: list[tuple[float, Message]]
+    _nack_delay_ms: int
+    _nack_backoff: MultiplierRedeliveryBackoff | None
+
+    def _take(self) -> Message:
+        raise NotImplementedError
+
+    def _redeliver(self, msgs: list[Message]) -> None:
+        raise NotImplementedError
+
+    # -- identity -----------------------------------------------------------------------------------
+
+    def topic(self) -> str:
+        return self._topic_label
+
+    def subscription_name(self) -> str:
+        return self._subscription
+
+    def consumer_name(self) -> str:
+        return self._name
+
+    def is_connected(self) -> bool:
+        return not self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AlreadyClosed(f"consumer {self._name!r} on {self._topic_label} is closed")
+
+    # -- receiving ----------------------------------------------------------------------------------
+
+    def batch_receive(self) -> list[Message]:
+        """Messages up to the batch receive policy's limits, waiting at most its timeout."""
+        return collect_batch(self._cv, self._queue, self._take, self._check_open, self._batch_policy)
+
+    def _listen(self) -> None:
+        while not self._closed:
+            with self._cv:
+                while not self._closed and (not self._queue or self._paused):
+                    self._cv.wait(timeout=0.1)
+                if self._closed:
+                    return
+                msg = self._take()
+            assert self._listener is not None
+            try:
+                self._listener(self, msg)
+            except Exception:  # like the official client: log it, keep listening (the message stays unacked)
+                self._log.exception("message listener of consumer %s on %s raised", self._name, self._topic_label)
+
+    def pause_message_listener(self) -> None:
+        self._paused = True
+
+    def resume_message_listener(self) -> None:
+        with self._cv:
+            self._paused = False
+            self._cv.notify_all()
+
+    # -- acknowledgment -----------------------------------------------------------------------------
+
+    def _check_cumulative_allowed(self) -> None:
+        """Refuse a cumulative ack on a subscription whose messages go to more than one consumer."""
+        if self._type in (ConsumerType.Shared, ConsumerType.KeyShared):
+            raise CumulativeAcknowledgementNotAllowedError(
+                f"cumulative acknowledgment is not allowed on {self._type.name} subscription "
+                f"{self._subscription!r}; acknowledge messages one by one",
+            )
+
+    def _schedule_nack(self, msg: Message) -> None:
+        """Hand ``msg`` back after the negative-ack delay, or the backoff for its redelivery count.
+
+        Call with ``_cv`` held, then wake the thread that runs the timers.
+        """
+        delay_ms = (
+            self._nack_backoff.next_delay_ms(msg.redelivery_count()) if self._nack_backoff else self._nack_delay_ms
+        )
+        self._nacks.append((time.monotonic() + delay_ms / 1000, msg))
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        """Redeliver every message received and not acknowledged yet, now."""
+        self._check_open()
+        with self._cv:
+            msgs = [m for m, _ in self._unacked.values()]
+            self._unacked.clear()
+        self._redeliver(msgs)
+
+
+__all__ = ["ConsumerBase"]
