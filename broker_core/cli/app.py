@@ -22,7 +22,7 @@ DEBUG_ENV = "PUBSUB_DEBUG"
 _DESCRIPTION = """\
 Administer a spark-pubsub storage root, shaped after pulsar-admin: tenants, namespaces, topics,
 subscriptions and policies, plus the reconcile jobs (retention, TTL, backlog quotas, compaction,
-log checkpoints and cleanup, vacuum). Destructive jobs are dry runs unless --execute."""
+segment merging, log checkpoints and cleanup, vacuum). Destructive jobs are dry runs unless --execute."""
 
 _EPILOG = f"""\
 global options (--root, --config, --json) go before or after the command.
