@@ -49,6 +49,7 @@ from broker_core.errors import (
     SubscriptionNotFound,
     TenantNotFound,
     Timeout,
+    TopicDeleted,
     TopicNotFound,
     result_for,
 )
@@ -116,6 +117,7 @@ __all__ = [
     "TableView",
     "TenantNotFound",
     "Timeout",
+    "TopicDeleted",
     "TopicName",
     "TopicNotFound",
     "load_broker_config",

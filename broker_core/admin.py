@@ -373,12 +373,15 @@ class Admin:
     def delete_topic(self, topic: str | TopicName, *, force: bool = False) -> dict[str, list[str]]:
         """Delete a topic from storage; returns the internal topics and subscriptions deleted.
 
-        Each internal topic's directory goes (segments, log, cursors, producers, compacted view), then
-        the topic's policies and, for a partitioned topic, its metadata last: a killed deletion leaves
-        a topic that still exists, and deleting it again finishes.  ``force`` skips the check for
-        connected producers and consumers; use it only for processes that are gone (leases not yet
-        expired): one still writing may leave stray files under the deleted path.  Of a
-        non-persistent topic only partition metadata and policies are on storage.
+        First every internal topic's log gets a tombstone (``TopicLog.mark_deleted``): from then on no
+        commit of anyone lands, so a producer still connected (``force``) fails with ``TopicDeleted``,
+        as Pulsar disconnects it.  Then each internal topic's directory goes (segments, log, cursors,
+        producers, compacted view) in one rename, and no write of a topic re-creates its directory,
+        so nothing a late writer does lands under the deleted path.  The topic's policies and, for a
+        partitioned topic, its metadata go last: a killed deletion leaves a topic that still exists
+        (refusing writes if it was fenced), and deleting it again finishes.  ``force`` skips the
+        check for connected producers and consumers.  Of a non-persistent topic only partition
+        metadata and policies are on storage.
 
         Raises:
             TopicNotFound: no such topic.
@@ -406,6 +409,8 @@ class Admin:
             shown = ", ".join(sorted(busy)[:3]) + (" ..." if len(busy) > 3 else "")
             raise NotAllowedError(f"topic {name} is in use ({shown}); stop them or force", topic=str(name))
         base = f"{name.tenant}/{name.namespace}/{name.domain.value}"
+        for path in map(topic_dir, internal):  # fence every internal topic before removing any
+            self._fence(path)
         for path in map(topic_dir, internal):
             self._trash(path)
             _forget_handles(self.io, path)
@@ -414,6 +419,21 @@ class Admin:
         if count:
             self._trash(f"{base}/_partitioned/{name.local_name}")
         return {"internalTopics": [str(p) for p in internal], "subscriptions": sorted(subscriptions)}
+
+    def _fence(self, path: str) -> None:
+        """Commit the tombstone of an internal topic's log, through this process's shared handle when
+        there is one, so that its producers and readers here see it at once."""
+        from broker_core import broker as shared  # broker.py imports this module
+
+        with shared._REGISTRY_LOCK:
+            log = shared._TOPIC_LOGS.get((self.io.root_uri, path))
+        if log is None:
+            log = TopicLog(self.io, path, checkpoint_interval=self.config.checkpoint_interval,
+                           max_retries=self.config.commit_max_retries)
+        # TopicDeleted: fenced already by a deletion that did not finish; TopicNotFound: a partition
+        # nobody used has no log to fence
+        with contextlib.suppress(TopicNotFound):
+            log.mark_deleted()
 
 
 def _forget_handles(io: FileIO, path: str) -> None:

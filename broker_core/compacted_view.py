@@ -101,7 +101,7 @@ class ViewStore:
     def __init__(self, io: FileIO, topic_path: str) -> None:
         self.io = io
         self.topic_path = topic_path
-        self._state = VersionedState(io, f"{topic_path}/{STATE_DIR}")
+        self._state = VersionedState(io, f"{topic_path}/{STATE_DIR}", anchor=topic_path)
 
     def latest(self) -> ViewPointer | None:
         """The newest committed pointer, or None before the first compaction (a few stats per call)."""

@@ -300,7 +300,7 @@ def finish_compaction(log: TopicLog, plan: CompactionPlan, view: pa.Table, *, dr
     if dry_run:
         return result("dry-run")
     file = new_view_file()
-    log.io.write_new(f"{log.path}/{file}", encode_view(view))  # fsynced before anything names it
+    log.io.write_new(f"{log.path}/{file}", encode_view(view), anchor=log.path)  # fsynced before anything names it
     pointer = view_store(log.io, log.path).commit(
         horizon=plan.horizon, file=file, rows=view.num_rows, ledger_id=plan.ledger_id,
         previous_horizon=previous_horizon,

@@ -38,7 +38,8 @@ class CursorStore(Waiters):
         self.topic_path = topic_path
         self.subscription = validate_subscription_name(subscription)
         super().__init__()
-        self.state = VersionedState(io, f"{topic_path}/{CURSORS_DIR}/{subscription}", keep_versions=50)
+        self.state = VersionedState(io, f"{topic_path}/{CURSORS_DIR}/{subscription}", keep_versions=50,
+                                    anchor=topic_path)  # a deleted topic's consumers re-create nothing
 
     def load(self) -> tuple[int, Cursor | None]:
         """The newest cursor version (polls storage); None if the subscription does not exist."""

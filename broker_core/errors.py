@@ -69,6 +69,15 @@ class TopicNotFound(NotFound):
     """The topic does not exist and auto-creation is off (or not allowed for it)."""
 
 
+class TopicDeleted(TopicNotFound):
+    """The topic was deleted (``Admin.delete_topic``) while this producer was connected to it.
+
+    Pulsar disconnects the producers of a deleted topic; here nothing can, so the deletion fences
+    them on storage instead and every later operation of such a producer raises this error.  It is a
+    ``TopicNotFound`` (result code ``TopicNotFound``), so existing handlers keep working.
+    """
+
+
 class TenantNotFound(NotFound):
     """The tenant does not exist."""
 
@@ -147,6 +156,14 @@ class CommitConflict(BrokerPersistenceError):
     """A commit lost the put-if-absent race too many times in a row."""
 
 
+class DirectoryGone(BrokerPersistenceError):
+    """A write's directory was removed (its topic was deleted); the write re-created nothing.
+
+    Raised by writes that may create directories only *below* an anchor (``FileIO.put_if_absent``
+    and friends with ``anchor=``): re-creating the anchor would resurrect half of a deleted topic.
+    """
+
+
 class LogCorrupted(BrokerPersistenceError):
     """The transaction log is unreadable (a gap, a malformed action, a missing file)."""
 
@@ -200,6 +217,7 @@ __all__ = [
     "ConsumerBusy",
     "CumulativeAcknowledgementNotAllowedError",
     "DataLoss",
+    "DirectoryGone",
     "InvalidConfiguration",
     "InvalidMessage",
     "InvalidTopicName",
@@ -221,6 +239,7 @@ __all__ = [
     "SubscriptionNotFound",
     "TenantNotFound",
     "Timeout",
+    "TopicDeleted",
     "TopicNotFound",
     "result_for",
 ]

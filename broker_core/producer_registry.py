@@ -8,14 +8,18 @@ Leases only decide who may *register*.  What stops a zombie (a producer whose le
 was paused) from writing is the topic's producer epoch in the log: every exclusive acquisition bumps
 it, every data commit of a producer is validated against the epoch it registered under, and a
 mismatch fails with ``ProducerFenced`` (``docs/PROTOCOL.md``).
+
+The registry lives inside the topic's directory and never re-creates it: once the topic is deleted,
+registering or renewing fails with ``TopicDeleted`` and writes nothing.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any
 
-from broker_core.errors import ProducerBusy, ProducerFenced
+from broker_core.errors import DirectoryGone, ProducerBusy, ProducerFenced, TopicDeleted
 from broker_core.state_store import VersionedState
 from broker_core.storage import FileIO
 
@@ -38,8 +42,17 @@ class ProducerRegistry:
     """The registry of one internal topic."""
 
     def __init__(self, io: FileIO, topic_path: str) -> None:
-        self.state = VersionedState(io, f"{topic_path}/_producers")
+        self.state = VersionedState(io, f"{topic_path}/_producers", anchor=topic_path)
         self.topic_path = topic_path
+
+    def _deleted(self) -> TopicDeleted:
+        return TopicDeleted(f"the topic at {self.topic_path!r} was deleted", topic=self.topic_path)
+
+    def _update(self, fn: Callable[[dict[str, Any] | None], dict[str, Any] | None]) -> None:
+        try:
+            self.state.update(fn)
+        except DirectoryGone as exc:
+            raise self._deleted() from exc
 
     def register(self, name: str, mode: ProducerAccessMode, *, now_ms: int, lease_ms: int) -> int:
         """Register ``name`` under ``mode`` and return the producer epoch it holds.
@@ -87,14 +100,17 @@ class ProducerRegistry:
             others[name] = {"mode": mode.name, "leaseExpiresMs": now_ms + lease_ms, "epoch": epoch}
             return {"producers": others, "epoch": epoch}
 
-        self.state.update(fn)
+        self._update(fn)
         return assigned["epoch"]
 
     def renew(self, name: str, *, now_ms: int, lease_ms: int) -> None:
-        """Extend the lease; ``ProducerFenced`` if the registration was taken away."""
+        """Extend the lease; ``ProducerFenced`` if the registration was taken away, ``TopicDeleted`` if
+        the whole registry is (a registered producer's topic always has one)."""
 
         def fn(doc: dict[str, Any] | None) -> dict[str, Any]:
-            producers = dict((doc or {}).get("producers", {}))
+            if doc is None:
+                raise self._deleted()
+            producers = dict(doc.get("producers", {}))
             if name not in producers:
                 raise ProducerFenced(
                     f"producer {name!r} lost its registration on {self.topic_path!r} "
@@ -102,9 +118,9 @@ class ProducerRegistry:
                     topic=self.topic_path,
                 )
             producers[name] = {**producers[name], "leaseExpiresMs": now_ms + lease_ms}
-            return {**(doc or {}), "producers": producers}
+            return {**doc, "producers": producers}
 
-        self.state.update(fn)
+        self._update(fn)
 
     def unregister(self, name: str) -> None:
         def fn(doc: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -114,7 +130,7 @@ class ProducerRegistry:
             del producers[name]
             return {**(doc or {}), "producers": producers}
 
-        self.state.update(fn)
+        self._update(fn)
 
     def live_producers(self, *, now_ms: int) -> dict[str, str]:
         """Live producer names and their access modes."""

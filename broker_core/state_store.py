@@ -5,6 +5,12 @@ computes the next document and creates the next version, retrying on a lost race
 log commit.  Old versions are deleted in ascending order, keeping the newest ``keep_versions``,
 which lets a poller detect that its cached version was cleaned up: if version v+1 is missing *and*
 v is gone too, it lists the directory once to find the latest.
+
+State inside a topic (producer registry, cursors) is written with the topic's directory as the
+``anchor``: a handle still writing after the topic was deleted fails with ``DirectoryGone`` rather
+than re-create the directory.  Before an update builds on its cached version, it checks that the file
+is still the one it read (its ``_writeId``): a topic re-created under the same name numbers its
+versions from 0 again.
 """
 
 from __future__ import annotations
@@ -46,16 +52,22 @@ class VersionedState:
         io: the storage.
         directory: the state's directory, relative to the root.
         keep_versions: how many newest versions survive cleanup.
+        anchor: a directory above ``directory`` that writes must never re-create (see the module doc).
     """
 
-    def __init__(self, io: FileIO, directory: str, *, keep_versions: int = 20, max_retries: int = 1000) -> None:
+    def __init__(
+        self, io: FileIO, directory: str, *, keep_versions: int = 20, max_retries: int = 1000,
+        anchor: str | None = None,
+    ) -> None:
         self.io = io
         self.directory = directory
+        self.anchor = anchor
         self.keep_versions = keep_versions
         self.max_retries = max_retries
         self._lock = threading.RLock()
         self._version = -1
         self._doc: Document | None = None
+        self._fresh = False  # the last ``latest`` read the current document (rather than trusting the cache)
         self._cleaner: threading.Thread | None = None
 
     def _path(self, version: int) -> str:
@@ -74,6 +86,7 @@ class VersionedState:
         return doc
 
     def _relist(self) -> None:
+        self._fresh = True
         versions = sorted(int(m.group(1)) for n in self.io.list_dir(self.directory) if (m := _VERSION_RE.match(n)))
         for version in reversed(versions):
             doc = self._read(version)
@@ -85,12 +98,13 @@ class VersionedState:
     def latest(self) -> tuple[int, Document | None]:
         """The newest version and document (-1, None when nothing was ever written)."""
         with self._lock:
+            self._fresh = False
             if self._version < 0:
                 self._relist()
             while True:
                 nxt = self._read(self._version + 1)
                 if nxt is not None:
-                    self._version, self._doc = self._version + 1, nxt
+                    self._version, self._doc, self._fresh = self._version + 1, nxt, True
                     continue
                 if self._version >= 0 and (not self.io.exists(self._path(self._version))
                                            or self._version < self._floor()):
@@ -107,12 +121,15 @@ class VersionedState:
             for attempt in range(1, self.max_retries + 1):
                 version, doc = self.latest()
                 raw = self._doc
+                if version >= 0 and not self._fresh and not self._unchanged(version, raw):
+                    self._relist()  # the cached version is another document now (a re-created topic)
+                    continue
                 new_doc = fn(None if doc is None else json.loads(json.dumps(doc)))
                 if new_doc is None:
                     return version, doc
                 stamped = {**new_doc, _ID: uuid.uuid4().hex, _PARENT: (raw or {}).get(_ID)}
                 data = json.dumps(stamped, separators=(",", ":"), sort_keys=True).encode()
-                if self.io.put_if_absent(self._path(version + 1), data):
+                if self.io.put_if_absent(self._path(version + 1), data, anchor=self.anchor):
                     if version + 1 < self._floor():
                         # we re-created a version cleanup had removed while we were paused: newer
                         # versions exist that do not build on it, so it is invisible; do it again
@@ -129,6 +146,11 @@ class VersionedState:
                 f"gave up updating {self.directory!r} after {self.max_retries} conflicting attempts",
                 path=self.directory,
             )
+
+    def _unchanged(self, version: int, raw: Document | None) -> bool:
+        """Is ``<version>`` still the document we cached?  One small read, paid by updates only."""
+        current = self._read(version)
+        return current is not None and current.get(_ID) == (raw or {}).get(_ID)
 
     def _floor(self) -> int:
         """Versions below this may have been deleted by cleanup (written before anything is deleted)."""
@@ -158,7 +180,7 @@ class VersionedState:
         if cutoff <= 0:
             return
         if cutoff > self._floor():
-            self.io.replace(f"{self.directory}/{_FLOOR}", str(cutoff).encode())
+            self.io.replace(f"{self.directory}/{_FLOOR}", str(cutoff).encode(), anchor=self.anchor)
         versions = sorted(int(m.group(1)) for n in self.io.list_dir(self.directory) if (m := _VERSION_RE.match(n)))
         for version in versions:  # ascending: see the module docstring
             if version >= cutoff:

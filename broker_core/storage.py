@@ -15,6 +15,11 @@ Durability rules (see ``docs/PROTOCOL.md``):
   it is fsynced before the call returns, so a commit that references it never points at garbage.
 - ``replace`` atomically overwrites a *hint* (``_last_checkpoint``); readers must tolerate a stale
   or missing hint.
+
+Writes create missing parent directories, except above an ``anchor``: a write inside a topic passes
+the topic's directory as its anchor, and the anchor itself is never created.  A producer still
+writing while its topic is deleted then fails with ``DirectoryGone`` instead of re-creating half of
+the deleted topic (``Admin.delete_topic`` removes the directory with one rename).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 from pyarrow import fs as pafs
 
-from broker_core.errors import BrokerPersistenceError, InvalidUrl
+from broker_core.errors import BrokerPersistenceError, DirectoryGone, InvalidUrl
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +63,19 @@ class FileIO(Protocol):
 
     def stat(self, path: str) -> FileStatus | None: ...
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
-        """Create ``path`` with ``data`` atomically; return False if it exists already."""
+    def put_if_absent(self, path: str, data: bytes, *, anchor: str | None = None) -> bool:
+        """Create ``path`` with ``data`` atomically; return False if it exists already.
+
+        With ``anchor`` (a directory above ``path``), only directories below the anchor may be
+        created: a missing anchor raises ``DirectoryGone`` (so do all three writes).
+        """
         ...
 
-    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer) -> None:
+    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None) -> None:
         """Write a fresh file nobody references yet (durable before returning)."""
         ...
 
-    def replace(self, path: str, data: bytes) -> None:
+    def replace(self, path: str, data: bytes, *, anchor: str | None = None) -> None:
         """Atomically overwrite a hint file."""
         ...
 
@@ -143,10 +152,9 @@ class LocalFileIO:
             return None
         return FileStatus(path=path, size_bytes=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000)
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
+    def put_if_absent(self, path: str, data: bytes, *, anchor: str | None = None) -> bool:
         final = self.abs_path(path)
-        directory = os.path.dirname(final)
-        self._make_dirs(directory)
+        directory = self._parent(path, final, anchor)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
         try:
             self._write_file(tmp, data)
@@ -157,22 +165,25 @@ class LocalFileIO:
             if self._fsync:
                 self._fsync_dir(directory)
             return True
+        except FileNotFoundError as exc:  # the directory was removed (renamed away) meanwhile
+            raise self._gone(path, anchor) from exc
         except OSError as exc:
             raise self._error("commit", path, exc) from exc
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer) -> None:
+    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None) -> None:
         final = self.abs_path(path)
-        directory = os.path.dirname(final)
-        self._make_dirs(directory)
+        directory = self._parent(path, final, anchor)
         try:
             fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError as exc:
             raise BrokerPersistenceError(
                 f"refusing to overwrite existing file {path!r}; segment names must be unique", path=path
             ) from exc
+        except FileNotFoundError as exc:
+            raise self._gone(path, anchor) from exc
         try:
             self._write_all(fd, data)
         except OSError as exc:
@@ -180,12 +191,14 @@ class LocalFileIO:
         finally:
             os.close(fd)
         if self._fsync:  # the directory entry must survive a power loss as well as the bytes
-            self._fsync_dir(directory)
+            try:
+                self._fsync_dir(directory)
+            except FileNotFoundError as exc:  # written, but into a directory renamed away since
+                raise self._gone(path, anchor) from exc
 
-    def replace(self, path: str, data: bytes) -> None:
+    def replace(self, path: str, data: bytes, *, anchor: str | None = None) -> None:
         final = self.abs_path(path)
-        directory = os.path.dirname(final)
-        self._make_dirs(directory)
+        directory = self._parent(path, final, anchor)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
         try:
             self._write_file(tmp, data)
@@ -195,6 +208,8 @@ class LocalFileIO:
         except OSError as exc:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            if isinstance(exc, FileNotFoundError):
+                raise self._gone(path, anchor) from exc
             raise self._error("replace", path, exc) from exc
 
     def list_dir(self, path: str) -> list[str]:
@@ -225,6 +240,64 @@ class LocalFileIO:
 
     # -- helpers -----------------------------------------------------------------------------------
 
+    def _parent(self, path: str, final: str, anchor: str | None) -> str:
+        """The directory of ``final``, created if missing: entirely without an anchor, else only below
+        the anchor, one plain ``mkdir`` per level.  ``mkdir`` fails when its parent is gone, so a
+        concurrent removal of the anchor is never undone here (``os.makedirs`` would re-create it).
+        With fsync on, each directory created is fsynced into its parent, so that a file committed
+        into a new directory cannot lose the path to it on a power loss."""
+        directory = os.path.dirname(final)
+        if os.path.isdir(directory):
+            return directory
+        created: list[str] = []
+        if anchor is None:
+            current = directory
+            while not os.path.isdir(current):
+                created.append(current)
+                parent = os.path.dirname(current)
+                if parent == current:
+                    break
+                current = parent
+            created.reverse()
+            try:
+                os.makedirs(directory, exist_ok=True)
+            except OSError as exc:
+                raise self._error("create a directory for", path, exc) from exc
+        else:
+            base = self.abs_path(anchor)
+            relative = os.path.relpath(directory, base)
+            if relative == os.curdir:
+                raise self._gone(path, anchor)
+            if relative.split(os.sep)[0] == os.pardir:
+                raise ValueError(f"{path!r} is not below its anchor {anchor!r}")
+            current = base
+            for part in relative.split(os.sep):
+                current = os.path.join(current, part)
+                try:
+                    os.mkdir(current)
+                except FileExistsError:
+                    continue
+                except FileNotFoundError as exc:
+                    raise self._gone(path, anchor) from exc
+                except OSError as exc:
+                    raise self._error("create a directory for", path, exc) from exc
+                created.append(current)
+        if self._fsync:
+            for new_dir in created:
+                try:
+                    self._fsync_dir(os.path.dirname(new_dir))
+                except FileNotFoundError as exc:  # removed meanwhile: its topic was deleted
+                    raise self._gone(path, anchor) from exc
+        return directory
+
+    def _gone(self, path: str, anchor: str | None) -> DirectoryGone:
+        where = anchor if anchor is not None else os.path.dirname(path)
+        return DirectoryGone(
+            f"cannot write {path!r}: the directory {where!r} under {self._root!r} was removed (its topic "
+            "was deleted); nothing was re-created",
+            path=path,
+        )
+
     def _write_file(self, target: str, data: bytes) -> None:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -239,27 +312,6 @@ class LocalFileIO:
             view = view[written:]
         if self._fsync:
             os.fsync(fd)
-
-    def _make_dirs(self, directory: str) -> None:
-        """Create ``directory`` and missing parents; with fsync on, fsync the parent of each directory
-        created, so that a file committed into a new directory cannot lose the path to it."""
-        if os.path.isdir(directory):
-            return
-        missing: list[str] = []
-        current = directory
-        while not os.path.isdir(current):
-            missing.append(current)
-            parent = os.path.dirname(current)
-            if parent == current:
-                break
-            current = parent
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as exc:
-            raise self._error("mkdir", directory, exc) from exc
-        if self._fsync:
-            for created in reversed(missing):
-                self._fsync_dir(os.path.dirname(created))
 
     @staticmethod
     def _fsync_dir(directory: str) -> None:

@@ -5,6 +5,10 @@ writes one segment file under a fresh name, then commits an ``add`` whose tags c
 offset and entry layout, together with ``txn`` actions for deduplication and the offset
 high-water marks.  A lost race re-validates against the winner's state: offsets move, and rows that
 became duplicates are filtered out by rewriting the (still invisible) segment.
+
+Deleting a topic commits a tombstone first (``mark_deleted``), which refuses every later commit, and
+no write of a topic ever re-creates its directory once the deletion has renamed it away
+(``docs/DECISIONS.md`` D39).
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.errors import InvalidMessage, ProducerFenced
+from broker_core.errors import DirectoryGone, InvalidMessage, ProducerFenced, TopicDeleted
 from broker_core.log.actions import Action, Add, Metadata, Txn
 from broker_core.log.segment_ref import SegmentRef, layout_messages, normalise_layout
 from broker_core.log.snapshot import (
     LEDGER_ID_KEY,
     RESERVED_TXN_PREFIX,
+    TXN_DELETED,
     TXN_NEXT_ENTRY_ID,
     TXN_NEXT_OFFSET,
     TXN_PRODUCER_EPOCH,
@@ -180,6 +185,27 @@ class TopicLog(Waiters):
     def snapshot(self) -> Snapshot:
         return self.log.snapshot()
 
+    def live_snapshot(self) -> Snapshot:
+        """The latest state as a writer sees it (``TransactionLog.live_snapshot``): checked against
+        storage, of the topic now at this path; ``TopicDeleted`` once its deletion has begun."""
+        return self.log.live_snapshot()
+
+    def mark_deleted(self) -> int:
+        """Commit the deletion's tombstone and return its version (``Admin.delete_topic`` calls this
+        before it removes any file): every later commit of anyone is refused with ``TopicDeleted``.
+
+        Raises:
+            TopicDeleted: the tombstone is there already.
+            TopicNotFound: there is no log.
+        """
+
+        def build(snap: Snapshot) -> list[Action]:
+            now_ms = int(time.time() * 1000)
+            return [Txn(app_id=TXN_DELETED, version=now_ms, last_updated=now_ms)]
+
+        result = self.log.commit(build, operation="DELETE TOPIC")
+        self.notify()
+        return result.version
 
     # -- writing ------------------------------------------------------------------------------------
 
@@ -193,6 +219,7 @@ class TopicLog(Waiters):
         producer_epoch: int | None = None,
         txn: tuple[str, int] | None = None,
         operation: str = "WRITE",
+        topic_id: str | None = None,
     ) -> AppendResult:
         """Append ``table`` (``SEGMENT_SCHEMA``) as consecutive messages in one commit.
 
@@ -204,11 +231,14 @@ class TopicLog(Waiters):
             producer_epoch: fail with ``ProducerFenced`` unless the topic's producer epoch is this.
             txn: ``(app_id, version)``: commit nothing if the log already holds that app id at this
                 version or later (idempotent batch writes), else record it with the data.
+            topic_id: fail with ``TopicDeleted`` unless the topic at this path is still the one with
+                this ``metaData`` id (a producer's topic may be deleted and re-created meanwhile).
         """
         if layout_messages(layout) != table.num_rows:
             raise ValueError(f"entry layout {layout} does not cover {table.num_rows} rows")
         _check_app_ids(table, txn)
-        snapshot = self.log.snapshot()
+        snapshot = self.log.live_snapshot()  # checked before replaying: never read another topic's commits
+        _check_topic_id(snapshot, topic_id)
         keep = dedup_keep_mask(table, snapshot) if dedup else np.ones(table.num_rows, dtype=bool)
         while True:
             rows = table if keep.all() else table.filter(pa.array(keep))
@@ -220,13 +250,18 @@ class TopicLog(Waiters):
                 seg_path = f"part-{uuid.uuid4().hex}{_suffix(compression)}.parquet"
                 data = encode_segment(rows, compression=compression)
                 size = len(data)
-                self.io.write_new(f"{self.path}/{seg_path}", data)
+                try:
+                    self.io.write_new(f"{self.path}/{seg_path}", data, anchor=self.path)
+                except DirectoryGone as exc:  # renamed away by a deletion: re-create nothing
+                    name = snapshot.metadata.name
+                    raise TopicDeleted(f"topic {name} was deleted", topic=name) from exc
                 publish = pc.min_max(rows.column("publish_time").cast(pa.int64()))
                 stats = (publish["min"].as_py() // 1000, publish["max"].as_py() // 1000)
             expected = keep
             written: dict[str, SegmentRef] = {}
 
             def build(snap: Snapshot) -> list[Action]:
+                _check_topic_id(snap, topic_id)
                 if producer_epoch is not None and snap.producer_epoch != producer_epoch:
                     raise ProducerFenced(
                         f"producer fenced on {self.path!r}: the topic's producer epoch is "
@@ -548,6 +583,15 @@ def _check_app_ids(table: pa.Table, txn: tuple[str, int] | None) -> None:
                 f"a producer name starts with the reserved prefix {RESERVED_TXN_PREFIX!r}; pick another name",
                 column="producer_name",
             )
+
+
+def _check_topic_id(snapshot: Snapshot, topic_id: str | None) -> None:
+    """A writer pinned to a topic must not write into another one re-created under its name."""
+    if topic_id is not None and snapshot.metadata.id != topic_id:
+        raise TopicDeleted(
+            f"topic {snapshot.metadata.name} was deleted and created again since this writer connected",
+            topic=snapshot.metadata.name,
+        )
 
 
 def _suffix(compression: CompressionType) -> str:

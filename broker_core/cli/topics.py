@@ -44,13 +44,14 @@ def register(commands: Any) -> None:
         handler=_delete,
         description="Delete a persistent topic: every partition's directory (messages, log, "
         "subscriptions, producer registry, compacted view), its topic policies and its partition "
-        "metadata. Refused while producers or consumers are connected (live leases) unless --force.",
+        "metadata. Refused while producers or consumers are connected (live leases) unless --force; "
+        "connected producers are then disconnected: their sends fail with TopicDeleted.",
     )
     delete.add_argument("topic", metavar="TOPIC")
     delete.add_argument(
         "--force",
         action="store_true",
-        help="delete even with connected producers/consumers (use only for crashed ones)",
+        help="delete even with connected producers/consumers (producers are fenced; stop consumers first)",
     )
     stats = add_command(topics, "stats", help="sizes, publishers, subscriptions and backlogs", handler=_stats)
     stats.add_argument("topic", metavar="TOPIC")

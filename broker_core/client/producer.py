@@ -6,6 +6,11 @@ into commits: with batching, a batch is flushed when it reaches ``batching_max_m
 old, or on ``flush()``/``send()``; without batching, everything queued for a partition is committed
 together as separate entries (group commit).  Callbacks run on the sender thread after the commit,
 so a callback means the message is durable.
+
+A producer whose topic is deleted fails for good with ``TopicDeleted``, as Pulsar disconnects the
+producers of a deleted topic: its pending and later sends raise it, and it writes nothing more
+(``docs/DECISIONS.md`` D39).  It pins the topic's identity when it connects, so a topic re-created
+under the same name is not mistaken for its own.
 """
 
 from __future__ import annotations
@@ -29,13 +34,17 @@ from broker_core.client.args import check_send_arguments, check_type
 from broker_core.client.builder import PendingMessage, plan_entries, rows_for
 from broker_core.errors import (
     AlreadyClosed,
+    DirectoryGone,
     InvalidConfiguration,
     InvalidMessage,
     MessageTooBig,
     ProducerBusy,
+    ProducerFenced,
     ProducerQueueIsFull,
     PulsarException,
     Timeout,
+    TopicDeleted,
+    TopicNotFound,
     result_for,
 )
 from broker_core.jobs.backlog import BacklogQuotaGuard
@@ -61,7 +70,9 @@ class BatchingType:
 
 
 class _PartitionQueue:
-    __slots__ = ("bytes", "committed", "enqueued", "epoch", "flush_target", "log", "messages", "registry", "taken")
+    __slots__ = (
+        "bytes", "committed", "enqueued", "epoch", "flush_target", "log", "messages", "registry", "taken", "topic_id",
+    )
 
     def __init__(self, log: TopicLog, registry: ProducerRegistry) -> None:
         self.log = log
@@ -73,6 +84,7 @@ class _PartitionQueue:
         self.committed = 0
         self.flush_target = 0
         self.epoch = 0
+        self.topic_id: str | None = None  # the metaData id of the topic registered on (see ``_register``)
 
 
 class Producer:
@@ -191,22 +203,49 @@ class Producer:
                         time.sleep(0.05)
                 registered.append(q)
                 q.log.bump_producer_epoch(to=q.epoch)  # fences whoever held an older epoch
-        except BaseException:
+                q.topic_id = q.log.live_snapshot().metadata.id
+        except BaseException as exc:
             for q in registered:
                 with contextlib.suppress(Exception):
                     q.registry.unregister(self._name)
+            if isinstance(exc, TopicDeleted | DirectoryGone):
+                raise self._disconnected(exc) from exc
             raise
+
+    def _disconnected(self, cause: BaseException) -> TopicDeleted:
+        """The error of a producer whose topic was deleted; it stays failed with it."""
+        error = TopicDeleted(
+            f"topic {self._topic} was deleted while producer {self._name!r} was connected to it: the producer "
+            "is disconnected; create a new one (which re-creates the topic if auto-creation is on)",
+            topic=str(self._topic),
+        )
+        error.__cause__ = cause
+        return error
 
     def _renew_leases(self) -> None:
         now = time.monotonic()
-        if (now - self._last_renew_s) * 1000 < self._lease_ms / 3:
-            return
+        if self._failure is not None or (now - self._last_renew_s) * 1000 < self._lease_ms / 3:
+            return  # a failed producer stays failed: it has nothing to renew
         self._last_renew_s = now
         for q in self._queues:
             try:
                 q.registry.renew(self._name, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms)
             except PulsarException as exc:
-                self._failure = self._failure or exc
+                self._failure = self._failure or self._classify(q, exc)
+
+    def _classify(self, q: _PartitionQueue, exc: PulsarException) -> PulsarException:
+        """A lost registration means fencing, unless the topic itself was deleted (and maybe re-created)."""
+        if isinstance(exc, TopicDeleted | DirectoryGone):
+            return self._disconnected(exc)
+        if isinstance(exc, ProducerFenced):
+            try:
+                if q.log.live_snapshot().metadata.id != q.topic_id:
+                    return self._disconnected(exc)
+            except TopicNotFound as gone:
+                return self._disconnected(gone)
+            except PulsarException:
+                return exc  # storage trouble while looking: report the fencing itself
+        return exc
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -357,9 +396,12 @@ class Producer:
                 deadline_s=self._deadline(time.monotonic()),
                 closed=lambda: self._client._closed,
             )
-            result = q.log.append(
-                part_rows, layout=layout, compression=self._compression, dedup=self._dedup, producer_epoch=q.epoch
-            )
+            try:
+                result = q.log.append(part_rows, layout=layout, compression=self._compression, dedup=self._dedup,
+                                      producer_epoch=q.epoch, topic_id=q.topic_id)
+            except (TopicDeleted, DirectoryGone) as exc:
+                self._failure = self._failure or self._disconnected(exc)
+                raise self._failure from exc
             out.append(PartitionAppend(partition=index, rows=len(take), result=result))
         if rows.num_rows:
             seq_max = pc.max(rows.column("sequence_id")).as_py()
@@ -634,11 +676,14 @@ class Producer:
             ordered, layout = plan_entries(batch, batching=self._batching, key_based=self._key_based)
             table = rows_for(ordered, self._name)
             result = q.log.append(
-                table, layout=layout, compression=self._compression, dedup=self._dedup, producer_epoch=q.epoch
+                table, layout=layout, compression=self._compression, dedup=self._dedup, producer_epoch=q.epoch,
+                topic_id=q.topic_id,
             )
         except BaseException as exc:  # resolve every waiter, whatever happened
             error = exc if isinstance(exc, PulsarException) else PulsarException(f"commit failed: {exc!r}")
-            if isinstance(exc, PulsarException) and type(exc).__name__ == "ProducerFenced":
+            if isinstance(exc, TopicDeleted | DirectoryGone):  # disconnected for good, as in Pulsar
+                self._failure = error = self._failure or self._disconnected(exc)
+            elif isinstance(exc, PulsarException) and type(exc).__name__ == "ProducerFenced":
                 self._failure = exc
             for msg in batch:
                 msg.error = error

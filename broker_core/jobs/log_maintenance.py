@@ -184,7 +184,7 @@ def _cleanup(broker: Broker, topic: TopicName, *, cutoff_ms: int, dry_run: bool)
         if hint is None or hint < kept.version:  # version 0 may go: openers must find the checkpoint
             rows = pq.ParquetFile(io.open_input(checkpoint_path(path, kept.version))).metadata.num_rows
             hint_doc = {"version": kept.version, "size": rows, "numOfAddFiles": len(kept.segments)}
-            io.replace(f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}", json.dumps(hint_doc).encode())
+            io.replace(f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}", json.dumps(hint_doc).encode(), anchor=path)
         for _, name in doomed:  # oldest first: a kill leaves a contiguous log after some version
             io.delete(f"{path}/{LOG_DIR}/{name}")
     return CleanupResult(str(topic), kept.version, tuple(n for _, n in doomed), dry_run,

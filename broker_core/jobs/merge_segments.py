@@ -289,7 +289,7 @@ def merge_run(log: TopicLog, run: Sequence[SegmentRef]) -> MergedRun:
     rows = _read_run(log, run)
     path = f"part-{uuid.uuid4().hex}{_suffix(codec)}.parquet"
     data = encode_segment(rows, compression=codec)
-    log.io.write_new(f"{log.path}/{path}", data)  # fsynced before the commit can name it
+    log.io.write_new(f"{log.path}/{path}", data, anchor=log.path)  # fsynced before the commit names it
     paths = tuple(s.path for s in run)
     parameters: dict[str, object] = {}
 

@@ -232,7 +232,7 @@ def write_checkpoint(io_: FileIO, table_path: str, snapshot: Snapshot) -> bool:
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="snappy")
     data = sink.getvalue()
-    created = io_.put_if_absent(checkpoint_path(table_path, snapshot.version), data)
+    created = io_.put_if_absent(checkpoint_path(table_path, snapshot.version), data, anchor=table_path)
     hint = {
         "version": snapshot.version,
         "size": table.num_rows,
@@ -241,7 +241,7 @@ def write_checkpoint(io_: FileIO, table_path: str, snapshot: Snapshot) -> bool:
     }
     current = read_last_checkpoint(io_, table_path)
     if current is None or current < snapshot.version:
-        io_.replace(f"{table_path}/{LOG_DIR}/{LAST_CHECKPOINT}", json.dumps(hint).encode())
+        io_.replace(f"{table_path}/{LOG_DIR}/{LAST_CHECKPOINT}", json.dumps(hint).encode(), anchor=table_path)
     return created
 
 

@@ -17,6 +17,8 @@ from broker_core.log.segment_ref import TAG_BASE_OFFSET, SegmentRef
 TXN_NEXT_OFFSET = "pubsub.nextOffset"
 TXN_NEXT_ENTRY_ID = "pubsub.nextEntryId"
 TXN_PRODUCER_EPOCH = "pubsub.producerEpoch"
+TXN_DELETED = "pubsub.deleted"
+"""The tombstone of a deleted topic (version: the deletion time in ms); no commit may follow it."""
 RESERVED_TXN_PREFIX = "pubsub."
 
 LEDGER_ID_KEY = "pubsub.ledgerId"
@@ -51,6 +53,11 @@ class Snapshot:
     def producer_epoch(self) -> int:
         txn = self.txns.get(TXN_PRODUCER_EPOCH)
         return txn.version if txn else 0
+
+    @property
+    def deleted(self) -> bool:
+        """The topic was deleted at this version (``Admin.delete_topic`` committed its tombstone)."""
+        return TXN_DELETED in self.txns
 
     def txn_version(self, app_id: str) -> int | None:
         txn = self.txns.get(app_id)
@@ -231,6 +238,7 @@ def _build(
 __all__ = [
     "LEDGER_ID_KEY",
     "RESERVED_TXN_PREFIX",
+    "TXN_DELETED",
     "TXN_NEXT_ENTRY_ID",
     "TXN_NEXT_OFFSET",
     "TXN_PRODUCER_EPOCH",

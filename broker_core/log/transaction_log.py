@@ -8,6 +8,11 @@ v+2.  Nothing is ever overwritten.
 Polling for new data is a read attempt of the next version's file, never a directory listing, and
 opening replays at most ``checkpoint_interval`` commits after the newest checkpoint, so neither gets
 slower as the log grows (``docs/PROTOCOL.md``).
+
+A deleted topic's log ends with a tombstone (``Admin.delete_topic``): no commit can follow it, and a
+handle never replays past it.  Once the tombstoned log is gone, the handle follows whatever is at the
+path, possibly a re-created topic that starts again at version 0; a writer therefore checks, before
+it commits, that the version its state is at is still the commit it read (``live_snapshot``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker_core.errors import BrokerPersistenceError, CommitConflict, LogCorrupted, TopicNotFound
+from broker_core.errors import (
+    BrokerPersistenceError,
+    CommitConflict,
+    DirectoryGone,
+    LogCorrupted,
+    TopicDeleted,
+    TopicNotFound,
+)
 from broker_core.log.actions import Action, CommitInfo, Metadata, Protocol, decode_actions, encode_actions
 from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, read_checkpoint, read_last_checkpoint, write_checkpoint
 from broker_core.log.snapshot import Snapshot
@@ -78,21 +90,29 @@ class TransactionLog:
         self._checkpointer: threading.Thread | None = None
         self._checkpoint_lock = threading.Lock()
         self._verified_s = time.monotonic()
+        self._tip: tuple[int, int] | None = None  # (version, hash of its commit file) of ``_snapshot``
 
     # -- reading ------------------------------------------------------------------------------------
 
     def exists(self) -> bool:
         """Version 0, or a checkpoint hint once log cleanup removed the oldest commits."""
-        return (self._snapshot is not None or self.io.exists(commit_path(self.table_path, 0))
+        snap = self._snapshot
+        return ((snap is not None and not snap.deleted) or self.io.exists(commit_path(self.table_path, 0))
                 or self.io.exists(f"{self.table_path}/{LOG_DIR}/{LAST_CHECKPOINT}"))
 
     def _read_version(self, version: int) -> list[Action] | None:
+        read = self._read_commit(version)
+        return None if read is None else read[0]
+
+    def _read_commit(self, version: int) -> tuple[list[Action], int] | None:
+        """The actions of a commit and a hash of its file (which tells two topics' version v apart)."""
         data = self.io.read_bytes(commit_path(self.table_path, version))
         if data is None:
             return None
-        return decode_actions(data, version=version)
+        return decode_actions(data, version=version), hash(data)
 
     def _load(self) -> Snapshot:
+        self._tip = None
         start = read_last_checkpoint(self.io, self.table_path)
         snapshot = read_checkpoint(self.io, self.table_path, start) if start is not None else None
         if snapshot is None:
@@ -118,17 +138,28 @@ class TransactionLog:
         return Snapshot.from_actions(0, first)
 
     def _replay_from(self, snapshot: Snapshot) -> Snapshot:
+        if snapshot.deleted:
+            # the tombstone ends this log: a version after it would belong to a topic re-created at this
+            # path, so never probe for one; reload once the tombstoned log is gone (at most every second)
+            if self._snapshot is not None and self._cleaned_up_below(snapshot, rate_limited=True):
+                return self._reload()
+            self._snapshot = snapshot
+            return snapshot
         replayed = 0
-        while True:
-            actions = self._read_version(snapshot.version + 1)
-            if actions is None:
+        tip = None
+        while not snapshot.deleted:
+            read = self._read_commit(snapshot.version + 1)
+            if read is None:
                 if replayed == 0 and self._cleaned_up_below(snapshot, rate_limited=True):
                     return self._reload()
                 break
+            actions, tip = read
             snapshot = snapshot.apply(snapshot.version + 1, actions)
             replayed += 1
         self._snapshot = snapshot
-        if replayed > self.checkpoint_interval:
+        if tip is not None:
+            self._tip = (snapshot.version, tip)
+        if replayed > self.checkpoint_interval and not snapshot.deleted:
             self._heal(snapshot)
         return snapshot
 
@@ -165,9 +196,58 @@ class TransactionLog:
         return not self.io.exists(commit_path(self.table_path, snapshot.version))
 
     def _reload(self) -> Snapshot:
-        self._snapshot = None
+        """Load afresh; a log that vanished from under a loaded handle was deleted (``TopicDeleted``)."""
+        previous, self._snapshot = self._snapshot, None
         self._verified_s = time.monotonic()
-        return self._load()
+        try:
+            return self._load()
+        except TopicNotFound as exc:
+            if previous is None or isinstance(exc, TopicDeleted):
+                raise
+            raise self._deleted(previous) from exc
+
+    def _same_log(self, snapshot: Snapshot) -> bool:
+        """Is ``<v>.json`` still the commit this state was built on (v = the state's version)?
+
+        Existence alone cannot tell: a topic deleted and re-created under the same name starts again
+        at version 0, and a handle that slept through both would otherwise commit on top of the new
+        topic's version v as if it were its own.  One small read, paid by writers only.
+        """
+        data = self.io.read_bytes(commit_path(self.table_path, snapshot.version))
+        if data is None:
+            return False
+        if self._tip is None or self._tip[0] != snapshot.version:
+            self._tip = (snapshot.version, hash(data))  # loaded from a checkpoint: first look at it
+            return True
+        return self._tip[1] == hash(data)
+
+    def _deleted(self, snapshot: Snapshot) -> TopicDeleted:
+        name = snapshot.metadata.name or self.table_path
+        return TopicDeleted(f"topic {name} was deleted; nothing more can be written to it", topic=name)
+
+    def _past_deletion(self, snapshot: Snapshot) -> Snapshot:
+        """A tombstoned state.  While the tombstoned log is still there (a deletion under way, or one
+        that was killed: delete again), the topic is deleted; once it is gone, whatever is at the path
+        is a new topic, which this shared handle follows (its writers check that it is theirs)."""
+        if self.io.exists(commit_path(self.table_path, snapshot.version)):
+            raise self._deleted(snapshot)
+        fresh = self._reload()
+        if fresh.deleted:
+            raise self._deleted(fresh)
+        return fresh
+
+    def live_snapshot(self) -> Snapshot:
+        """The latest state as a writer must see it: of the topic now at this path, never deleted.
+
+        Unlike ``snapshot`` it first checks that the cached version is still the commit it read, and
+        it raises ``TopicDeleted`` for a topic whose deletion has begun.  Writers pin the topic's
+        identity (``metadata.id``) from here.
+        """
+        with self._lock:
+            if self._snapshot is not None and not self._same_log(self._snapshot):
+                self._reload()
+            snapshot = self.snapshot()
+            return self._past_deletion(snapshot) if snapshot.deleted else snapshot
 
     def snapshot(self) -> Snapshot:
         """The latest state (polls the next version files; loads on first use)."""
@@ -184,11 +264,11 @@ class TransactionLog:
         return snap
 
     def has_newer_version(self) -> bool:
-        """A cheap poll: does the next version's commit exist?"""
+        """A cheap poll: does the next version's commit exist?  (Never after a tombstone.)"""
         snap = self._snapshot
         if snap is None:
             return self.exists()
-        return self.io.exists(commit_path(self.table_path, snap.version + 1))
+        return not snap.deleted and self.io.exists(commit_path(self.table_path, snap.version + 1))
 
     # -- writing ------------------------------------------------------------------------------------
 
@@ -212,10 +292,16 @@ class TransactionLog:
 
         ``build`` is called once per attempt with the snapshot the commit would follow; it may raise
         ``NothingToCommit`` (propagated) or any error of its own (propagated, nothing written).
+        Nothing is committed after a deletion's tombstone (``TopicDeleted``), and no commit ever
+        re-creates a removed topic directory.
         """
         with self._lock:
-            snapshot = self.snapshot()
+            # a stale handle must never re-create a cleaned-up version nor build on another topic's:
+            # live_snapshot checks the cached version's commit; later attempts replay what they lost to
+            snapshot = self.live_snapshot()
             for attempt in range(1, self.max_retries + 1):
+                if snapshot.deleted:  # a deletion won the race for this version
+                    raise self._deleted(snapshot)
                 actions = build(snapshot)
                 info = CommitInfo(
                     timestamp=int(time.time() * 1000),
@@ -230,14 +316,14 @@ class TransactionLog:
                 # apply before writing: actions the log could not replay (LogCorrupted) must never
                 # reach storage, where they would poison every later reader
                 applied = snapshot.apply(version, actions)
-                if self._cleaned_up_below(snapshot, rate_limited=False):
-                    fresh = self._reload()  # stale handle: never re-create a cleaned-up version
-                    if fresh.version != snapshot.version:
-                        snapshot = fresh
-                        continue
-                if self.io.put_if_absent(commit_path(self.table_path, version), payload):
+                try:
+                    created = self.io.put_if_absent(commit_path(self.table_path, version), payload,
+                                                    anchor=self.table_path)
+                except DirectoryGone as exc:  # the topic was deleted (its directory renamed away)
+                    raise self._deleted(snapshot) from exc
+                if created:
                     snapshot = applied
-                    self._snapshot = snapshot
+                    self._snapshot, self._tip = snapshot, (version, hash(payload))
                     if version % self.checkpoint_interval == 0:
                         self._checkpoint_soon(snapshot)
                     return CommitResult(version=version, snapshot=snapshot, attempts=attempt)

@@ -43,8 +43,8 @@ def count_lost_races(topic: TopicLog) -> list[int]:
     lost = [0]
     put = topic.io.put_if_absent
 
-    def counting_put(path: str, data: bytes) -> bool:
-        created = put(path, data)
+    def counting_put(path: str, data: bytes, **kwargs: Any) -> bool:
+        created = put(path, data, **kwargs)
         if not created and path.endswith(".json"):
             lost[0] += 1
         return created

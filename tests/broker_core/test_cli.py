@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from broker_core import Client, ConsumerType, InitialPosition
+from broker_core import Client, ConsumerType, InitialPosition, TopicDeleted
 from broker_core.cli import build_parser, main
 from broker_core.cli.messages import next_unacked
 from broker_core.cursor import new_cursor
@@ -338,9 +338,12 @@ def test_a_topic_in_use_is_deleted_only_with_force(cli: Any, root: Path) -> None
         code, _, err = cli("topics", "delete", "t")
         assert code == 1 and "consumer" in err
         assert ok(cli, "topics", "delete", "t", "--force")["subscriptions"] == ["s"]
+        with pytest.raises(TopicDeleted, match=T):  # disconnected, as Pulsar does it
+            producer.send(b"after the delete")
         consumer.close()
         producer.close()
     assert ok(cli, "topics", "list", "public/default")["topics"] == []
+    assert not (root / "public" / "default" / "persistent" / "t").exists()  # nothing came back
 
 
 def test_topic_policies(cli: Any, root: Path) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from broker_core.errors import BrokerPersistenceError, InvalidUrl, PulsarException
+from broker_core.errors import BrokerPersistenceError, DirectoryGone, InvalidUrl, PulsarException
 from broker_core.storage import LocalFileIO, file_io_for
 
 
@@ -155,6 +156,51 @@ def test_replace_creates_and_overwrites_a_hint_without_leftovers(io: LocalFileIO
     io.replace("t/_delta_log/_last_checkpoint", b'{"version":20}')
     assert io.read_bytes("t/_delta_log/_last_checkpoint") == b'{"version":20}'
     assert _tree(Path(io.root)) == ["t/_delta_log/_last_checkpoint"]
+
+
+# --- anchored writes: what a deleted topic's late writers may not re-create ----------------------------
+
+
+def test_anchored_writes_create_directories_below_the_anchor_only(io: LocalFileIO) -> None:
+    (Path(io.root) / "ns" / "t").mkdir(parents=True)
+    assert io.put_if_absent("ns/t/_cursors/s/00000000000000000000.json", b"{}", anchor="ns/t")
+    io.write_new("ns/t/part-1.parquet", b"seg", anchor="ns/t")
+    io.replace("ns/t/_delta_log/_last_checkpoint", b"{}", anchor="ns/t")
+    assert _tree(Path(io.root)) == [
+        "ns/t/_cursors/s/00000000000000000000.json", "ns/t/_delta_log/_last_checkpoint", "ns/t/part-1.parquet",
+    ]
+
+
+@pytest.mark.parametrize("write", ["put_if_absent", "write_new", "replace"])
+@pytest.mark.parametrize("target", ["ns/t/x.json", "ns/t/_producers/00000000000000000001.json"])
+def test_an_anchored_write_never_re_creates_a_removed_anchor(io: LocalFileIO, write: str, target: str) -> None:
+    (Path(io.root) / "ns").mkdir()
+    with pytest.raises(DirectoryGone, match="ns/t") as info:
+        getattr(io, write)(target, b"late", anchor="ns/t")
+    assert isinstance(info.value, BrokerPersistenceError)
+    assert _tree(Path(io.root)) == []
+    assert os.listdir(Path(io.root) / "ns") == []
+
+
+@pytest.mark.parametrize("write", ["put_if_absent", "write_new", "replace"])
+def test_a_write_whose_directory_vanishes_mid_way_is_directory_gone(
+    io: LocalFileIO, write: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory is renamed away (a deletion) just before the file is opened: nothing is re-created."""
+    (Path(io.root) / "t").mkdir()
+    real_open = os.open
+
+    def rename_first(path: str, *args: Any, **kwargs: Any) -> int:
+        if "late" in str(path) and os.path.isdir(Path(io.root) / "t"):
+            os.rename(Path(io.root) / "t", Path(io.root) / "gone")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", rename_first)
+    with pytest.raises(DirectoryGone):
+        getattr(io, write)("t/late.json", b"x", anchor="t")
+    monkeypatch.undo()
+    assert not (Path(io.root) / "t").exists()
+    assert _tree(Path(io.root) / "gone") == []
 
 
 def test_read_bytes_exists_and_stat_of_a_missing_file(io: LocalFileIO) -> None:

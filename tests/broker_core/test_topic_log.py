@@ -268,13 +268,13 @@ class _HookedIO(LocalFileIO):
             hook, self._hook = self._hook, None  # type: ignore[assignment]
             hook()
 
-    def write_new(self, path: str, data: bytes) -> None:
+    def write_new(self, path: str, data: bytes, **kwargs: Any) -> None:  # type: ignore[override]
         self._maybe_hook(path)
-        super().write_new(path, data)
+        super().write_new(path, data, **kwargs)
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
+    def put_if_absent(self, path: str, data: bytes, **kwargs: Any) -> bool:
         self._maybe_hook(path)
-        return super().put_if_absent(path, data)
+        return super().put_if_absent(path, data, **kwargs)
 
 
 def test_a_rival_commit_of_the_same_producer_makes_the_append_drop_new_duplicates(tmp_path: Path) -> None:
