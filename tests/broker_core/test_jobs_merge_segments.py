@@ -358,7 +358,7 @@ def test_a_commit_landing_between_plan_and_put_is_revalidated(tmp_path: Path, ra
     real = log.io.put_if_absent
     fired: list[str] = []
 
-    def racing(path: str, data: bytes) -> bool:
+    def racing(path: str, data: bytes, **kwargs: Any) -> bool:
         if not fired and "_delta_log" in path:
             fired.append(path)
             if race == "retention":
@@ -368,7 +368,7 @@ def test_a_commit_landing_between_plan_and_put_is_revalidated(tmp_path: Path, ra
                                  operation="RETENTION")
             else:
                 other.append(producer_table("p", range(15, 18)), layout=[-3])
-        return real(path, data)
+        return real(path, data, **kwargs)
 
     monkeypatch.setattr(log.io, "put_if_absent", racing)
     done = merge_run(log, run)

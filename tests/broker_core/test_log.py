@@ -510,7 +510,7 @@ class ReadOnlyIO:
         if name not in self.refused:
             return attr
 
-        def refuse(path: str, *args: Any) -> Any:
+        def refuse(path: str, *args: Any, **kwargs: Any) -> Any:
             self.attempts.append((name, path))
             raise self.error
 
