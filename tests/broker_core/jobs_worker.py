@@ -213,7 +213,8 @@ def fork_server(_: dict[str, Any]) -> None:
                 os._exit(0)
         print(f"pid {pid}", flush=True)
         _, status = os.waitpid(pid, 0)
-        print(f"exit {status}", flush=True)
+        # on a line of its own: a child killed in the middle of a line leaves it unterminated
+        print(f"\nexit {status}", flush=True)
 
 
 def probe_main(args: dict[str, Any]) -> None:

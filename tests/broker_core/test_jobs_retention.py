@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import random
 import shutil
 import signal
@@ -549,7 +550,26 @@ def test_jobs_killed_at_random_points_lose_nothing_and_keep_the_table_readable(t
         text=True,
     )
     assert server.stdin is not None and server.stdout is not None
-    assert server.stdout.readline().strip() == "ready"
+    lines_in: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines_in.put(x) for x in server.stdout or ()], daemon=True).start()
+    pids: list[int] = []
+    history: list[str] = []
+
+    def next_line() -> str:
+        """The server's next line; a clear failure (with the last child's state) instead of a hang."""
+        try:
+            history.append(lines_in.get(timeout=60).strip())
+            return history[-1]
+        except queue.Empty:
+            state = "gone"
+            with contextlib.suppress(OSError, IndexError):
+                state = Path(f"/proc/{pids[-1]}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            raise AssertionError(
+                f"no line from the fork server in 60 s; last child {pids[-1:]} state {state}; last lines "
+                f"{history[-8:]}"
+            ) from None
+
+    assert next_line() == "ready"
     roots: list[Path] = []
     kills_mid_run = 0
     last_steps: list[int] = []  # steps completed before the kill: the kills spread over the job mix
@@ -560,14 +580,12 @@ def test_jobs_killed_at_random_points_lose_nothing_and_keep_the_table_readable(t
         shutil.copytree(template, calibration)
         server.stdin.write(json.dumps({"root": str(calibration), "seed": 999, "steps": 40, "rows": rows}) + "\n")
         server.stdin.flush()
-        line = server.stdout.readline().strip()
+        line = next_line()
         while not line.startswith("started "):
-            line = server.stdout.readline().strip()
-            assert line, "the fork server died"
+            line = next_line()
         run_started = time.monotonic()
         while not line.startswith("exit "):
-            line = server.stdout.readline().strip()
-            assert line, "the fork server died"
+            line = next_line()
         run_seconds = max(0.02, time.monotonic() - run_started)
         for trial in range(trials):
             root = tmp_path / f"trial{trial}"
@@ -576,17 +594,19 @@ def test_jobs_killed_at_random_points_lose_nothing_and_keep_the_table_readable(t
                 json.dumps({"root": str(root), "seed": trial, "steps": 40, "rows": rows}) + "\n"
             )
             server.stdin.flush()
-            lines = [server.stdout.readline().strip()]
-            while not lines[-1].startswith("started "):  # the child is open; its work starts now
-                lines.append(server.stdout.readline().strip())
-                assert lines[-1], "the fork server died"
+            lines = [next_line()]
+            # the child is open once it says "started"; the server's "pid" line may come after it
+            while not (any(x.startswith("started ") for x in lines) and any(x.startswith("pid ") for x in lines)):
+                assert not any(x.startswith("exit ") for x in lines), f"the child died before starting: {lines}"
+                lines.append(next_line())
             pid = int(next(line for line in lines if line.startswith("pid ")).split()[1])
+            pids.append(pid)
             time.sleep(rng.uniform(0.0, 0.9 * run_seconds))
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            while not lines[-1].startswith("exit "):
-                lines.append(server.stdout.readline().strip())
-                assert lines[-1], "the fork server died"
+            if not any(x.startswith("exit ") for x in lines):  # never signal a reaped (reusable) pid
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            while not any(x.startswith("exit ") for x in lines):
+                lines.append(next_line())
             kills_mid_run += "done" not in lines
             last_steps.append(sum(line.startswith("step ") for line in lines))
             acked = max(
