@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
+import uuid
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -62,6 +63,17 @@ _PARQUET_CODEC = {
 def parquet_codec(compression: CompressionType) -> str:
     """The pyarrow Parquet codec name for a compression type."""
     return _PARQUET_CODEC[CompressionType(compression)]
+
+
+def new_segment_name(compression: CompressionType) -> str:
+    """A fresh segment file name, ``part-<32 hex>[.<codec>].parquet``, relative to the topic directory.
+
+    Every segment gets a name never used before because ``write_new`` refuses a collision and a
+    segment is never rewritten in place.  The codec suffix is informational only: readers learn
+    the codec from the Parquet file (``docs/PROTOCOL.md`` section 2).
+    """
+    suffix = "" if compression == CompressionType.NONE else "." + CompressionType(compression).name.lower()
+    return f"part-{uuid.uuid4().hex}{suffix}.parquet"
 
 
 def _delta_type(arrow_type: pa.DataType) -> object:
@@ -132,5 +144,6 @@ __all__ = [
     "decode_segment",
     "delta_schema_string",
     "encode_segment",
+    "new_segment_name",
     "parquet_codec",
 ]

@@ -38,7 +38,14 @@ from broker_core.log.snapshot import (
 )
 from broker_core.log.transaction_log import NothingToCommit, TransactionLog
 from broker_core.message_id import MessageId
-from broker_core.segment import SEGMENT_SCHEMA, CompressionType, decode_segment, delta_schema_string, encode_segment
+from broker_core.segment import (
+    SEGMENT_SCHEMA,
+    CompressionType,
+    decode_segment,
+    delta_schema_string,
+    encode_segment,
+    new_segment_name,
+)
 from broker_core.storage import FileIO
 from broker_core.waiters import Waiters
 
@@ -247,7 +254,7 @@ class TopicLog(Waiters):
             size = 0
             stats: tuple[int, int] = (0, 0)
             if rows.num_rows:
-                seg_path = f"part-{uuid.uuid4().hex}{_suffix(compression)}.parquet"
+                seg_path = new_segment_name(compression)
                 data = encode_segment(rows, compression=compression)
                 size = len(data)
                 try:
@@ -339,7 +346,7 @@ class TopicLog(Waiters):
         with ``commit_staged`` (or leaves them as orphans for vacuum if the write is aborted).
         """
         _check_app_ids(table, None)
-        path = f"part-{uuid.uuid4().hex}{_suffix(compression)}.parquet"
+        path = new_segment_name(compression)
         data = encode_segment(table, compression=compression)
         self.io.write_new(f"{self.path}/{path}", data)
         publish = pc.min_max(table.column("publish_time").cast(pa.int64()))
@@ -592,10 +599,6 @@ def _check_topic_id(snapshot: Snapshot, topic_id: str | None) -> None:
             f"topic {snapshot.metadata.name} was deleted and created again since this writer connected",
             topic=snapshot.metadata.name,
         )
-
-
-def _suffix(compression: CompressionType) -> str:
-    return "" if compression == CompressionType.NONE else "." + CompressionType(compression).name.lower()
 
 
 __all__ = ["AppendResult", "StagedSegment", "TopicLog", "dedup_keep_mask", "filter_layout"]
