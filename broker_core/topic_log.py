@@ -24,12 +24,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.errors import DirectoryGone, InvalidMessage, ProducerFenced, TopicDeleted
+from broker_core.append_checks import (
+    AppendResult,
+    Rewrite,
+    check_app_ids,
+    check_topic_id,
+    dedup_keep_mask,
+    filter_layout,
+    producer_txns,
+)
+from broker_core.errors import DirectoryGone, ProducerFenced, TopicDeleted
 from broker_core.log.actions import Action, Add, Metadata, Txn
-from broker_core.log.segment_ref import SegmentRef, layout_messages, normalise_layout
+from broker_core.log.segment_ref import SegmentRef, layout_messages
 from broker_core.log.snapshot import (
     LEDGER_ID_KEY,
-    RESERVED_TXN_PREFIX,
     TXN_DELETED,
     TXN_NEXT_ENTRY_ID,
     TXN_NEXT_OFFSET,
@@ -53,24 +61,6 @@ _SEGMENT_CACHE_ENTRIES = 4
 
 
 @dataclass(frozen=True, slots=True)
-class AppendResult:
-    """Where an append landed.
-
-    ``kept`` marks, per input row, whether it was written (False: dropped as a duplicate).  Row i of
-    the input that was kept is offset ``segment.base_offset + rank`` where rank counts kept rows.
-    """
-
-    version: int | None
-    segment: SegmentRef | None
-    kept: np.ndarray
-    skipped_by_txn: bool = False
-
-    @property
-    def num_written(self) -> int:
-        return int(self.kept.sum())
-
-
-@dataclass(frozen=True, slots=True)
 class StagedSegment:
     """A segment file written but not yet committed (see ``TopicLog.stage``)."""
 
@@ -79,64 +69,6 @@ class StagedSegment:
     num_records: int
     min_publish_ms: int
     max_publish_ms: int
-
-
-class _Rewrite(Exception):
-    def __init__(self, keep: np.ndarray) -> None:
-        super().__init__("rewrite")
-        self.keep = keep
-
-
-def filter_layout(layout: list[int], keep: np.ndarray) -> list[int]:
-    """The entry layout of the kept rows of a segment (dropped rows leave their entries)."""
-    out: list[int] = []
-    pos = 0
-    for part in layout:
-        size = abs(part)
-        kept = int(keep[pos : pos + size].sum())
-        pos += size
-        if kept:
-            out.append(kept if part > 0 else -kept)
-    return normalise_layout(out)
-
-
-def dedup_keep_mask(table: pa.Table, snapshot: Snapshot) -> np.ndarray:
-    """Rows to keep: a row is a duplicate if its sequence id is not above the highest one seen.
-
-    "Seen" is the producer's ``txn`` version in the log, raised by earlier rows of the same producer
-    in this table (so a retried batch and repeats inside one batch are both dropped).
-    """
-    n = table.num_rows
-    keep = np.ones(n, dtype=bool)
-    producers = table.column("producer_name")
-    seq_column = table.column("sequence_id")
-    if producers.null_count == n or seq_column.null_count == n:
-        return keep
-    has_seq = seq_column.is_valid().to_numpy(zero_copy_only=False)
-    seqs = seq_column.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-    encoded = pc.dictionary_encode(producers).combine_chunks()
-    names = encoded.dictionary.to_pylist()
-    codes = encoded.indices.to_numpy(zero_copy_only=False)
-    for code, name in enumerate(names):
-        rows = np.nonzero((codes == code) & has_seq)[0]
-        last = snapshot.txn_version(name)
-        floor = -1 if last is None else last
-        group = seqs[rows]
-        prior_max = np.maximum.accumulate(np.concatenate(([floor], group)))[:-1]
-        keep[rows] = group > prior_max
-    return _chunks_follow_head(table, keep)
-
-
-def _chunks_follow_head(table: pa.Table, keep: np.ndarray) -> np.ndarray:
-    """Continuation chunks (chunk id > 0) share their message's sequence id: they are kept exactly
-    when the message's first chunk (the nearest preceding chunk-0 row) is kept."""
-    chunk_ids = table.column("chunk_id")
-    if chunk_ids.null_count == table.num_rows:
-        return keep
-    ids = chunk_ids.fill_null(0).to_numpy(zero_copy_only=False)
-    heads = np.where(ids == 0, np.arange(len(ids)), 0)
-    head_of = np.maximum.accumulate(heads)
-    return keep[head_of]
 
 
 class TopicLog(Waiters):
@@ -243,9 +175,9 @@ class TopicLog(Waiters):
         """
         if layout_messages(layout) != table.num_rows:
             raise ValueError(f"entry layout {layout} does not cover {table.num_rows} rows")
-        _check_app_ids(table, txn)
+        check_app_ids(table, txn)
         snapshot = self.log.live_snapshot()  # checked before replaying: never read another topic's commits
-        _check_topic_id(snapshot, topic_id)
+        check_topic_id(snapshot, topic_id)
         keep = dedup_keep_mask(table, snapshot) if dedup else np.ones(table.num_rows, dtype=bool)
         while True:
             rows = table if keep.all() else table.filter(pa.array(keep))
@@ -268,7 +200,7 @@ class TopicLog(Waiters):
             written: dict[str, SegmentRef] = {}
 
             def build(snap: Snapshot) -> list[Action]:
-                _check_topic_id(snap, topic_id)
+                check_topic_id(snap, topic_id)
                 if producer_epoch is not None and snap.producer_epoch != producer_epoch:
                     raise ProducerFenced(
                         f"producer fenced on {self.path!r}: the topic's producer epoch is "
@@ -281,7 +213,7 @@ class TopicLog(Waiters):
                     if prior is not None and prior >= txn[1]:
                         raise NothingToCommit(f"{txn[0]} already at {prior}")
                 if dedup and not np.array_equal(dedup_keep_mask(table, snap), expected):
-                    raise _Rewrite(dedup_keep_mask(table, snap))
+                    raise Rewrite(dedup_keep_mask(table, snap))
                 if seg_path is None and txn is None:
                     raise NothingToCommit("every row was a duplicate")
                 actions: list[Action] = []
@@ -312,7 +244,7 @@ class TopicLog(Waiters):
                     )
                     next_offset, next_entry = seg.end_offset, seg.end_entry_id
                     if dedup:
-                        actions.extend(_producer_txns(rows, now_ms))
+                        actions.extend(producer_txns(rows, now_ms))
                 if txn is not None:
                     actions.append(Txn(app_id=txn[0], version=txn[1], last_updated=now_ms))
                 actions.append(Txn(app_id=TXN_NEXT_OFFSET, version=next_offset, last_updated=now_ms))
@@ -321,7 +253,7 @@ class TopicLog(Waiters):
 
             try:
                 result = self.log.commit(build, operation=operation, parameters={"mode": "Append"})
-            except _Rewrite as rewrite:
+            except Rewrite as rewrite:
                 self._discard(seg_path)
                 keep = rewrite.keep
                 continue
@@ -345,7 +277,7 @@ class TopicLog(Waiters):
         This is the executor half of a distributed write: a driver later makes staged segments visible
         with ``commit_staged`` (or leaves them as orphans for vacuum if the write is aborted).
         """
-        _check_app_ids(table, None)
+        check_app_ids(table, None)
         path = new_segment_name(compression)
         data = encode_segment(table, compression=compression)
         self.io.write_new(f"{self.path}/{path}", data)
@@ -560,45 +492,6 @@ def _segment_id_arrays(seg: SegmentRef) -> tuple[np.ndarray, np.ndarray]:
             batches.append(np.full(-part, -1, dtype=np.int32))
             entry -= part
     return np.concatenate(entries), np.concatenate(batches)
-
-
-def _producer_txns(rows: pa.Table, now_ms: int) -> list[Action]:
-    names = rows.column("producer_name")
-    if names.null_count == rows.num_rows:
-        return []
-    grouped = (
-        rows.select(["producer_name", "sequence_id"]).group_by("producer_name").aggregate([("sequence_id", "max")])
-    )
-    out: list[Action] = []
-    for name, seq in zip(
-        grouped.column("producer_name").to_pylist(), grouped.column("sequence_id_max").to_pylist(), strict=True
-    ):
-        if name is not None and seq is not None:
-            out.append(Txn(app_id=name, version=seq, last_updated=now_ms))
-    return out
-
-
-def _check_app_ids(table: pa.Table, txn: tuple[str, int] | None) -> None:
-    """Producer names and txn app ids share the log's txn namespace with our reserved ``pubsub.`` ids."""
-    if txn is not None and txn[0].startswith(RESERVED_TXN_PREFIX) and not txn[0].startswith("pubsub.sink."):
-        raise InvalidMessage(f"txn app id {txn[0]!r} uses the reserved prefix {RESERVED_TXN_PREFIX!r}")
-    names = table.column("producer_name")
-    if names.null_count < table.num_rows:
-        reserved = pc.any(pc.starts_with(names, RESERVED_TXN_PREFIX)).as_py()
-        if reserved:
-            raise InvalidMessage(
-                f"a producer name starts with the reserved prefix {RESERVED_TXN_PREFIX!r}; pick another name",
-                column="producer_name",
-            )
-
-
-def _check_topic_id(snapshot: Snapshot, topic_id: str | None) -> None:
-    """A writer pinned to a topic must not write into another one re-created under its name."""
-    if topic_id is not None and snapshot.metadata.id != topic_id:
-        raise TopicDeleted(
-            f"topic {snapshot.metadata.name} was deleted and created again since this writer connected",
-            topic=snapshot.metadata.name,
-        )
 
 
 __all__ = ["AppendResult", "StagedSegment", "TopicLog", "dedup_keep_mask", "filter_layout"]
