@@ -46,6 +46,7 @@ from broker_core.log.snapshot import (
 )
 from broker_core.log.transaction_log import NothingToCommit, TransactionLog
 from broker_core.message_id import MessageId
+from broker_core.offset_ids import seek_offset, segment_id_arrays
 from broker_core.segment import (
     SEGMENT_SCHEMA,
     CompressionType,
@@ -428,7 +429,7 @@ class TopicLog(Waiters):
             seg = snap.segments[snap.segment_index_for(int(offsets[pos]))]
             stop = int(np.searchsorted(offsets, seg.end_offset, side="left"))
             rel = offsets[pos:stop] - seg.base_offset
-            seg_entries, seg_batches = _segment_id_arrays(seg)
+            seg_entries, seg_batches = segment_id_arrays(seg)
             entries[pos:stop] = seg_entries[rel]
             batches[pos:stop] = seg_batches[rel]
             pos = stop
@@ -442,28 +443,7 @@ class TopicLog(Waiters):
 
     def offset_for_message_id(self, msg_id: MessageId, *, inclusive: bool, snapshot: Snapshot | None = None) -> int:
         """The first offset a reader positioned at ``msg_id`` reads (Pulsar's start rules)."""
-        snap = snapshot or self.log.snapshot()
-        if msg_id == MessageId.earliest or msg_id.ledger_id() < snap.ledger_id:
-            return snap.first_offset
-        if msg_id.ledger_id() > snap.ledger_id or msg_id.entry_id() >= snap.next_entry_id:
-            if (
-                inclusive
-                and msg_id.ledger_id() == MessageId.latest.ledger_id()
-                and snap.next_offset > snap.first_offset
-            ):
-                return snap.next_offset - 1
-            return snap.next_offset
-        seg = snap.segment_for_entry(msg_id.entry_id())
-        if seg is None:
-            return snap.first_offset  # removed by retention: the oldest live message follows it
-        start, end = seg.offsets_of_entry(msg_id.entry_id())
-        batch = msg_id.batch_index()
-        if end - start > 1 or (batch >= 0 and seg.id_of(start)[1] >= 0):
-            if batch < 0:
-                return start if inclusive else end
-            pos = min(start + batch, end - 1)
-            return pos if inclusive else pos + 1
-        return start if inclusive else end
+        return seek_offset(snapshot or self.log.snapshot(), msg_id, inclusive=inclusive)
 
     def offset_for_publish_time(self, publish_time_ms: int, *, snapshot: Snapshot | None = None) -> int:
         """The first live offset whose publish time is at or after ``publish_time_ms`` (inclusive)."""
@@ -476,22 +456,6 @@ class TopicLog(Waiters):
             if len(hits):
                 return seg.base_offset + int(hits[0])
         return snap.next_offset
-
-
-def _segment_id_arrays(seg: SegmentRef) -> tuple[np.ndarray, np.ndarray]:
-    entries: list[np.ndarray] = []
-    batches: list[np.ndarray] = []
-    entry = seg.base_entry_id
-    for part in seg.layout:
-        if part > 0:
-            entries.append(np.full(part, entry, dtype=np.int64))
-            batches.append(np.arange(part, dtype=np.int32))
-            entry += 1
-        else:
-            entries.append(np.arange(entry, entry - part, dtype=np.int64))
-            batches.append(np.full(-part, -1, dtype=np.int32))
-            entry -= part
-    return np.concatenate(entries), np.concatenate(batches)
 
 
 __all__ = ["AppendResult", "StagedSegment", "TopicLog", "dedup_keep_mask", "filter_layout"]

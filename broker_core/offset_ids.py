@@ -1,0 +1,61 @@
+"""The mapping between a topic's offsets and Pulsar message ids.
+
+Offsets are what the log and readers count in (dense, 0, 1, 2, ...); message ids are what clients
+see (ledger id, entry id, batch index).  Neither is stored per row: a segment's ``add.tags`` carry
+its base offset, base entry id and entry layout (``segment_ref``), and both directions are computed
+from those.  These are pure functions of a ``Snapshot`` and a ``SegmentRef`` so that every process
+derives the same ids from the same log.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from broker_core.log.segment_ref import SegmentRef
+from broker_core.log.snapshot import Snapshot
+from broker_core.message_id import MessageId
+
+
+def segment_id_arrays(seg: SegmentRef) -> tuple[np.ndarray, np.ndarray]:
+    """Entry id and batch index of every row of ``seg``, as two arrays indexed by row.
+
+    A positive layout part is one batched entry (batch indexes 0..n-1), a negative one is that many
+    single-message entries (batch index -1), as ``segment_ref`` defines the layout.
+    """
+    entries: list[np.ndarray] = []
+    batches: list[np.ndarray] = []
+    entry = seg.base_entry_id
+    for part in seg.layout:
+        if part > 0:
+            entries.append(np.full(part, entry, dtype=np.int64))
+            batches.append(np.arange(part, dtype=np.int32))
+            entry += 1
+        else:
+            entries.append(np.arange(entry, entry - part, dtype=np.int64))
+            batches.append(np.full(-part, -1, dtype=np.int32))
+            entry -= part
+    return np.concatenate(entries), np.concatenate(batches)
+
+
+def seek_offset(snap: Snapshot, msg_id: MessageId, *, inclusive: bool) -> int:
+    """The first offset a reader positioned at ``msg_id`` reads (Pulsar's start rules)."""
+    if msg_id == MessageId.earliest or msg_id.ledger_id() < snap.ledger_id:
+        return snap.first_offset
+    if msg_id.ledger_id() > snap.ledger_id or msg_id.entry_id() >= snap.next_entry_id:
+        if inclusive and msg_id.ledger_id() == MessageId.latest.ledger_id() and snap.next_offset > snap.first_offset:
+            return snap.next_offset - 1
+        return snap.next_offset
+    seg = snap.segment_for_entry(msg_id.entry_id())
+    if seg is None:
+        return snap.first_offset  # removed by retention: the oldest live message follows it
+    start, end = seg.offsets_of_entry(msg_id.entry_id())
+    batch = msg_id.batch_index()
+    if end - start > 1 or (batch >= 0 and seg.id_of(start)[1] >= 0):
+        if batch < 0:
+            return start if inclusive else end
+        pos = min(start + batch, end - 1)
+        return pos if inclusive else pos + 1
+    return start if inclusive else end
+
+
+__all__ = ["seek_offset", "segment_id_arrays"]
