@@ -18,7 +18,6 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -55,21 +54,11 @@ from broker_core.segment import (
     encode_segment,
     new_segment_name,
 )
+from broker_core.staged_writes import StagedSegment, staged_commit_actions, unreferenced, write_staged
 from broker_core.storage import FileIO
 from broker_core.waiters import Waiters
 
 _SEGMENT_CACHE_ENTRIES = 4
-
-
-@dataclass(frozen=True, slots=True)
-class StagedSegment:
-    """A segment file written but not yet committed (see ``TopicLog.stage``)."""
-
-    path: str
-    size_bytes: int
-    num_records: int
-    min_publish_ms: int
-    max_publish_ms: int
 
 
 class TopicLog(Waiters):
@@ -278,19 +267,7 @@ class TopicLog(Waiters):
         This is the executor half of a distributed write: a driver later makes staged segments visible
         with ``commit_staged`` (or leaves them as orphans for vacuum if the write is aborted).
         """
-        check_app_ids(table, None)
-        path = new_segment_name(compression)
-        data = encode_segment(table, compression=compression)
-        self.io.write_new(f"{self.path}/{path}", data)
-        publish = pc.min_max(table.column("publish_time").cast(pa.int64()))
-        lo, hi = publish["min"].as_py(), publish["max"].as_py()
-        return StagedSegment(
-            path=path,
-            size_bytes=len(data),
-            num_records=table.num_rows,
-            min_publish_ms=(lo or 0) // 1000,
-            max_publish_ms=(hi or 0) // 1000,
-        )
+        return write_staged(self.io, self.path, table, compression)
 
     def commit_staged(
         self, staged: list[StagedSegment], *, txn: tuple[str, int] | None = None, operation: str = "WRITE"
@@ -304,51 +281,13 @@ class TopicLog(Waiters):
         staged = [s for s in staged if s.num_records > 0]
 
         def build(snap: Snapshot) -> list[Action]:
-            if txn is not None:
-                prior = snap.txn_version(txn[0])
-                if prior is not None and prior >= txn[1]:
-                    raise NothingToCommit(f"{txn[0]} already at {prior}")
-            now_ms = int(time.time() * 1000)
-            actions: list[Action] = []
-            offset, entry = snap.next_offset, snap.next_entry_id
-            for seg in staged:
-                ref = SegmentRef(
-                    path=seg.path,
-                    base_offset=offset,
-                    num_records=seg.num_records,
-                    base_entry_id=entry,
-                    layout=[seg.num_records],
-                    size_bytes=seg.size_bytes,
-                    min_publish_ms=seg.min_publish_ms,
-                    max_publish_ms=seg.max_publish_ms,
-                    modification_time_ms=now_ms,
-                )
-                actions.append(
-                    Add(
-                        path=seg.path,
-                        size=seg.size_bytes,
-                        modification_time=now_ms,
-                        data_change=True,
-                        stats=f'{{"numRecords":{seg.num_records}}}',
-                        tags=ref.tags(),
-                    )
-                )
-                offset, entry = ref.end_offset, ref.end_entry_id
-            if txn is not None:
-                actions.append(Txn(app_id=txn[0], version=txn[1], last_updated=now_ms))
-            actions.append(Txn(app_id=TXN_NEXT_OFFSET, version=offset, last_updated=now_ms))
-            actions.append(Txn(app_id=TXN_NEXT_ENTRY_ID, version=entry, last_updated=now_ms))
-            return actions
+            return staged_commit_actions(snap, staged, txn)
 
         try:
             result = self.log.commit(build, operation=operation, parameters={"mode": "Append"})
         except NothingToCommit:
-            snap = self.log.cached_snapshot()
-            named = {seg.path for seg in snap.segments} | set(snap.tombstones)
-            for seg in staged:
-                # never delete what an earlier attempt made visible, even if a merge retired it since
-                if seg.path not in named:
-                    self._discard(seg.path)
+            for path in unreferenced(staged, self.log.cached_snapshot()):
+                self._discard(path)
             return None
         self.notify()
         return result.version
