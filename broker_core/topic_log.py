@@ -6,6 +6,9 @@ offset and entry layout, together with ``txn`` actions for deduplication and the
 high-water marks.  A lost race re-validates against the winner's state: offsets move, and rows that
 became duplicates are filtered out by rewriting the (still invisible) segment.
 
+Pure helpers live in a module per concept (``append_checks``, ``offset_ids``, ``staged_writes``)
+and stay importable from here; the hot paths (``append``, ``read``, ``ids_for_offsets``) stay whole.
+
 Deleting a topic commits a tombstone first (``mark_deleted``), which refuses every later commit, and
 no write of a topic ever re-creates its directory once the deletion has renamed it away
 (``docs/DECISIONS.md`` D39).
