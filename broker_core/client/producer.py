@@ -20,7 +20,6 @@ import dataclasses
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -32,19 +31,18 @@ import pyarrow.compute as pc
 from broker_core.bulk import PartitionAppend, to_segment_rows
 from broker_core.client.args import check_send_arguments, check_type
 from broker_core.client.builder import PendingMessage, plan_entries, rows_for
+from broker_core.client.producer_connection import ProducerConnection
+from broker_core.client.producer_queue import PartitionQueue
 from broker_core.errors import (
     AlreadyClosed,
     DirectoryGone,
     InvalidConfiguration,
     InvalidMessage,
     MessageTooBig,
-    ProducerBusy,
-    ProducerFenced,
     ProducerQueueIsFull,
     PulsarException,
     Timeout,
     TopicDeleted,
-    TopicNotFound,
     result_for,
 )
 from broker_core.jobs.backlog import BacklogQuotaGuard
@@ -55,7 +53,6 @@ from broker_core.policies import EffectivePolicies
 from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
 from broker_core.routing import CustomRouter, MessageRouter
 from broker_core.segment import CompressionType
-from broker_core.topic_log import TopicLog
 
 if TYPE_CHECKING:
     from broker_core.client.client import Client
@@ -69,25 +66,7 @@ class BatchingType:
     KeyBased = 1
 
 
-class _PartitionQueue:
-    __slots__ = (
-        "bytes", "committed", "enqueued", "epoch", "flush_target", "log", "messages", "registry", "taken", "topic_id",
-    )
-
-    def __init__(self, log: TopicLog, registry: ProducerRegistry) -> None:
-        self.log = log
-        self.registry = registry
-        self.messages: deque[PendingMessage] = deque()
-        self.bytes = 0
-        self.enqueued = 0
-        self.taken = 0
-        self.committed = 0
-        self.flush_target = 0
-        self.epoch = 0
-        self.topic_id: str | None = None  # the metaData id of the topic registered on (see ``_register``)
-
-
-class Producer:
+class Producer(ProducerConnection):
     """Publishes messages to one topic (all its partitions). Create with ``Client.create_producer``."""
 
     def __init__(
@@ -149,7 +128,7 @@ class Producer:
         self._closed = False
         self._failure: PulsarException | None = None
         self._queues = [
-            _PartitionQueue(client._broker.topic_log(p), ProducerRegistry(client._broker.io, client._topic_dir(p)))
+            PartitionQueue(client._broker.topic_log(p), ProducerRegistry(client._broker.io, client._topic_dir(p)))
             for p in partitions
         ]
         self._register()
@@ -166,86 +145,6 @@ class Producer:
         self._last_renew_s = time.monotonic()
         self._thread = threading.Thread(target=self._run, name=f"pubsub-producer-{self._name}", daemon=True)
         self._thread.start()
-
-    # -- policies (re-read at most once a second: a policy change needs no restart) ----------------
-
-    def _effective(self) -> EffectivePolicies:
-        now = time.monotonic()
-        if now >= self._policy_expires:
-            self._policy_cache = self._policies.effective(self._topic)
-            self._policy_expires = now + 1.0
-        assert self._policy_cache is not None
-        return self._policy_cache
-
-    @property
-    def _dedup(self) -> bool:
-        return self._effective().deduplication_enabled
-
-    @property
-    def _max_message_size(self) -> int:
-        return self._effective().max_message_size
-
-    # -- registration -------------------------------------------------------------------------------
-
-    def _register(self) -> None:
-        registered: list[_PartitionQueue] = []
-        try:
-            for q in self._queues:
-                while True:
-                    try:
-                        q.epoch = q.registry.register(
-                            self._name, self._access_mode, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms
-                        )
-                        break
-                    except ProducerBusy:
-                        if self._access_mode != ProducerAccessMode.WaitForExclusive or self._client._closed:
-                            raise
-                        time.sleep(0.05)
-                registered.append(q)
-                q.log.bump_producer_epoch(to=q.epoch)  # fences whoever held an older epoch
-                q.topic_id = q.log.live_snapshot().metadata.id
-        except BaseException as exc:
-            for q in registered:
-                with contextlib.suppress(Exception):
-                    q.registry.unregister(self._name)
-            if isinstance(exc, TopicDeleted | DirectoryGone):
-                raise self._disconnected(exc) from exc
-            raise
-
-    def _disconnected(self, cause: BaseException) -> TopicDeleted:
-        """The error of a producer whose topic was deleted; it stays failed with it."""
-        error = TopicDeleted(
-            f"topic {self._topic} was deleted while producer {self._name!r} was connected to it: the producer "
-            "is disconnected; create a new one (which re-creates the topic if auto-creation is on)",
-            topic=str(self._topic),
-        )
-        error.__cause__ = cause
-        return error
-
-    def _renew_leases(self) -> None:
-        now = time.monotonic()
-        if self._failure is not None or (now - self._last_renew_s) * 1000 < self._lease_ms / 3:
-            return  # a failed producer stays failed: it has nothing to renew
-        self._last_renew_s = now
-        for q in self._queues:
-            try:
-                q.registry.renew(self._name, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms)
-            except PulsarException as exc:
-                self._failure = self._failure or self._classify(q, exc)
-
-    def _classify(self, q: _PartitionQueue, exc: PulsarException) -> PulsarException:
-        """A lost registration means fencing, unless the topic itself was deleted (and maybe re-created)."""
-        if isinstance(exc, TopicDeleted | DirectoryGone):
-            return self._disconnected(exc)
-        if isinstance(exc, ProducerFenced):
-            try:
-                if q.log.live_snapshot().metadata.id != q.topic_id:
-                    return self._disconnected(exc)
-            except TopicNotFound as gone:
-                return self._disconnected(gone)
-            except PulsarException:
-                return exc  # storage trouble while looking: report the fencing itself
-        return exc
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -559,7 +458,7 @@ class Producer:
         return pending
 
     def _enqueue_chunks(
-        self, q: _PartitionQueue, partition: int, whole: PendingMessage, max_size: int
+        self, q: PartitionQueue, partition: int, whole: PendingMessage, max_size: int
     ) -> PendingMessage:
         """Queue a message too big for one entry as its chunks (the last one carries the callback)."""
         assert whole.value is not None
@@ -614,7 +513,7 @@ class Producer:
 
     # -- the sender thread --------------------------------------------------------------------------
 
-    def _ready(self, q: _PartitionQueue, now: float) -> bool:
+    def _ready(self, q: PartitionQueue, now: float) -> bool:
         if not q.messages:
             return False
         if not self._batching or self._closed or q.taken < q.flush_target:
@@ -625,7 +524,7 @@ class Producer:
             or now - q.messages[0].enqueued_s >= self._batch_delay_s
         )
 
-    def _take(self, q: _PartitionQueue) -> list[PendingMessage]:
+    def _take(self, q: PartitionQueue) -> list[PendingMessage]:
         limit = self._batch_max_messages if self._batching else 10_000
         byte_limit = self._batch_max_bytes if self._batching else 16 << 20
         out: list[PendingMessage] = []
@@ -663,7 +562,7 @@ class Producer:
                     self._commit(q, batch)
             self._renew_leases()
 
-    def _commit(self, q: _PartitionQueue, batch: list[PendingMessage]) -> None:
+    def _commit(self, q: PartitionQueue, batch: list[PendingMessage]) -> None:
         partition = self._queues.index(q) if self._partitioned else -1
         try:
             if self._failure is not None:
@@ -697,7 +596,7 @@ class Producer:
         self._resolve(q, batch)
 
     def _assign_ids(
-        self, q: _PartitionQueue, partition: int, ordered: list[PendingMessage], kept: np.ndarray, segment: Any
+        self, q: PartitionQueue, partition: int, ordered: list[PendingMessage], kept: np.ndarray, segment: Any
     ) -> None:
         """Set the ``MessageId`` of each committed message (-1s for a duplicate dropped by dedup)."""
         ledger = q.log.log.cached_snapshot().ledger_id
@@ -719,7 +618,7 @@ class Producer:
         """When a send begun at ``since_s`` (monotonic) times out; None without a send timeout."""
         return None if self._send_timeout_s is None else since_s + self._send_timeout_s
 
-    def _resolve(self, q: _PartitionQueue, batch: list[PendingMessage]) -> None:
+    def _resolve(self, q: PartitionQueue, batch: list[PendingMessage]) -> None:
         """Mark a committed (or failed) batch done, wake waiters, then run the callbacks in order."""
         with self._done_cond:
             for msg in batch:
