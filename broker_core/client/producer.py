@@ -16,10 +16,8 @@ under the same name is not mistaken for its own.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -29,16 +27,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker_core.bulk import PartitionAppend, to_segment_rows
-from broker_core.client.args import check_send_arguments, check_type
+from broker_core.client.args import check_type
 from broker_core.client.builder import PendingMessage, plan_entries, rows_for
-from broker_core.client.producer_connection import ProducerConnection
-from broker_core.client.producer_queue import PartitionQueue
+from broker_core.client.producer_queue import PartitionQueue, ProducerQueueing
 from broker_core.errors import (
-    AlreadyClosed,
     DirectoryGone,
     InvalidConfiguration,
     InvalidMessage,
-    MessageTooBig,
     ProducerQueueIsFull,
     PulsarException,
     Timeout,
@@ -46,12 +41,11 @@ from broker_core.errors import (
     result_for,
 )
 from broker_core.jobs.backlog import BacklogQuotaGuard
-from broker_core.message import Message
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.policies import EffectivePolicies
 from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
-from broker_core.routing import CustomRouter, MessageRouter
+from broker_core.routing import MessageRouter
 from broker_core.segment import CompressionType
 
 if TYPE_CHECKING:
@@ -66,7 +60,7 @@ class BatchingType:
     KeyBased = 1
 
 
-class Producer(ProducerConnection):
+class Producer(ProducerQueueing):
     """Publishes messages to one topic (all its partitions). Create with ``Client.create_producer``."""
 
     def __init__(
@@ -334,182 +328,6 @@ class Producer(ProducerConnection):
             with contextlib.suppress(Exception):
                 q.registry.unregister(self._name)
         self._client._forget(self)
-
-    # -- queueing -----------------------------------------------------------------------------------
-
-    def _enqueue(
-        self,
-        content: Any,
-        properties: Any,
-        partition_key: Any,
-        ordering_key: Any,
-        sequence_id: Any,
-        replication_clusters: Any,
-        disable_replication: Any,
-        event_timestamp: Any,
-        deliver_at: Any,
-        deliver_after: Any,
-        *,
-        flush: bool,
-        callback: Callable[[PendingMessage], None] | None = None,
-    ) -> PendingMessage:
-        if self._closed:
-            raise AlreadyClosed(f"producer {self._name!r} on {self._topic} is closed")
-        if self._failure is not None:
-            raise self._failure
-        data = None if content is None else self._schema.encode(content)
-        props = None
-        if not (
-            properties is None
-            and partition_key is None
-            and ordering_key is None
-            and sequence_id is None
-            and replication_clusters is None
-            and disable_replication is False
-            and event_timestamp is None
-            and deliver_at is None
-            and deliver_after is None
-        ):  # the plain send skips the argument checks: they cost more than the rest of the send
-            props = check_send_arguments(
-                properties,
-                partition_key,
-                ordering_key,
-                sequence_id,
-                replication_clusters,
-                disable_replication,
-                event_timestamp,
-                deliver_at,
-                deliver_after,
-            )
-            if sequence_id is not None and sequence_id < 0:
-                raise InvalidConfiguration(f"argument 'sequence_id' must be >= 0, got {sequence_id}")
-        publish_ms = self._clock.now_ms()
-        deliver_ms = deliver_at
-        if deliver_after is not None:
-            deliver_ms = publish_ms + int(deliver_after.total_seconds() * 1000)
-        size = len(data) if data is not None else 0
-        max_size = self._max_message_size
-        if size > max_size and not self._chunking:
-            raise MessageTooBig(
-                f"message of {size} bytes exceeds maxMessageSize={max_size} on {self._topic}; "
-                "enable chunking (chunking_enabled=True, batching off) or send smaller messages",
-                topic=str(self._topic),
-            )
-        partition = 0
-        if self._partitioned:
-            if self._router is None:
-                raise InvalidConfiguration("partitioned producer without a router")
-            routed: object = content
-            if isinstance(self._router, CustomRouter):
-                # the official client hands a custom router the Message being sent
-                routed = Message(
-                    _data=data,
-                    _key=partition_key,
-                    _ordering_key=ordering_key.encode() if ordering_key else None,
-                    _properties=dict(props or {}),
-                    _producer_name=self._name,
-                    _sequence_id=sequence_id,
-                    _publish_time_ms=publish_ms,
-                    _event_time_ms=event_timestamp or 0,
-                    _deliver_at_ms=deliver_ms,
-                    _schema_version=None,
-                    _message_id=MessageId(),
-                    _topic=str(self._topic),
-                    _schema=self._schema,
-                )
-            partition = self._router.choose(partition_key, routed)
-        ordering = ordering_key.encode("utf-8") if ordering_key else None
-        with self._lock:
-            if sequence_id is None:
-                seq = self._next_sequence_id
-                self._next_sequence_id += 1
-            else:
-                seq = sequence_id
-            q = self._queues[partition]
-            now = time.monotonic()
-            was_empty = not q.messages
-            bytes_before = q.bytes
-            pending = PendingMessage(
-                data, partition_key, ordering, props, seq, publish_ms, event_timestamp, deliver_ms, size, callback
-            )
-            pending.enqueued_s = now
-            pending.wants_id = flush or callback is not None
-            if data is None or size <= max_size:
-                self._wait_for_space(partition, 1)
-                q.messages.append(pending)
-                q.bytes += size
-                q.enqueued += 1
-                self._pending_total += 1
-            else:
-                pending = self._enqueue_chunks(q, partition, pending, max_size)
-            if flush:
-                q.flush_target = q.enqueued
-            # Wake the sender only when it has something new to decide: a first message (its batch delay
-            # starts), a flush, or a batch limit just reached.  Past a limit it needs no more wake-ups: it
-            # looks at every queue again after each commit.
-            count = len(q.messages)
-            if (
-                was_empty
-                or flush
-                or (count >= self._batch_max_messages and count - 1 < self._batch_max_messages)
-                or (q.bytes >= self._batch_max_bytes > bytes_before)
-            ):
-                self._cond.notify_all()
-        return pending
-
-    def _enqueue_chunks(
-        self, q: PartitionQueue, partition: int, whole: PendingMessage, max_size: int
-    ) -> PendingMessage:
-        """Queue a message too big for one entry as its chunks (the last one carries the callback)."""
-        assert whole.value is not None
-        pieces = self._split(whole.value, whole.size_bytes, max_size, whole.sequence_id)
-        self._wait_for_space(partition, len(pieces))
-        chunks = [
-            dataclasses.replace(
-                whole,
-                value=chunk,
-                size_bytes=len(chunk),
-                callback=whole.callback if index == len(pieces) - 1 else None,
-                **chunk_fields,
-            )
-            for index, (chunk, chunk_fields) in enumerate(pieces)
-        ]
-        for chunk_msg in chunks:
-            q.messages.append(chunk_msg)
-            q.bytes += chunk_msg.size_bytes
-            q.enqueued += 1
-        self._pending_total += len(chunks)
-        return chunks[-1]
-
-    def _split(self, data: bytes, size: int, chunk_size: int, seq: int) -> list[tuple[bytes, dict[str, Any]]]:
-        count = (size + chunk_size - 1) // chunk_size
-        chunk_uuid = f"{self._name}-{seq}-{uuid.uuid4().hex[:8]}"
-        return [
-            (
-                data[i * chunk_size : (i + 1) * chunk_size],
-                {"chunk_uuid": chunk_uuid, "chunk_id": i, "num_chunks": count, "chunk_total_size_bytes": size},
-            )
-            for i in range(count)
-        ]
-
-    def _full(self, partition: int, needed: int) -> bool:
-        queued = len(self._queues[partition].messages)
-        total = self._pending_total
-        return (queued + needed > self._max_pending and queued > 0) or (
-            self._max_pending_total > 0 and total + needed > self._max_pending_total and total > 0
-        )
-
-    def _wait_for_space(self, partition: int, needed: int) -> None:
-        while self._full(partition, needed):
-            if not self._block:
-                raise ProducerQueueIsFull(
-                    f"producer {self._name!r} has {self._max_pending} pending messages on {self._topic}; "
-                    "wait for callbacks, call flush(), or create it with block_if_queue_full=True",
-                    topic=str(self._topic),
-                )
-            self._cond.wait(timeout=0.1)
-            if self._closed:
-                raise AlreadyClosed(f"producer {self._name!r} was closed while waiting for queue space")
 
     # -- the sender thread --------------------------------------------------------------------------
 
