@@ -1,26 +1,23 @@
-"""The producer: validate, route and queue messages; a sender thread commits them.
+"""The producer's public API: ``Producer`` (``send``, ``send_async``, ``send_table``, ``flush``,
+``close``) and ``BatchingType``.
 
-``send_async`` only queues.  One daemon sender thread per producer turns each partition's queue
-into commits: with batching, a batch is flushed when it reaches ``batching_max_messages`` or
-``batching_max_allowed_size_in_bytes``, when its oldest message is ``batching_max_publish_delay_ms``
-old, or on ``flush()``/``send()``; without batching, everything queued for a partition is committed
-together as separate entries (group commit).  Callbacks run on the sender thread after the commit,
-so a callback means the message is durable.
+``send_async`` only queues; one daemon sender thread per producer commits, and a callback runs
+after the commit, so a callback means the message is durable.  A producer whose topic is deleted
+fails for good with ``TopicDeleted``, as Pulsar disconnects the producers of a deleted topic: its
+pending and later sends raise it, and it writes nothing more (``docs/DECISIONS.md`` D39).
 
-A producer whose topic is deleted fails for good with ``TopicDeleted``, as Pulsar disconnects the
-producers of a deleted topic: its pending and later sends raise it, and it writes nothing more
-(``docs/DECISIONS.md`` D39).  It pins the topic's identity when it connects, so a topic re-created
-under the same name is not mistaken for its own.
+``Producer`` is one object made of a chain of bases, one concept a module, so each reads alone
+while the per-message path keeps its direct attribute lookups (no delegation, no extra calls):
+``producer_connection`` (registration, leases, fencing, topic deletion, policies) <-
+``producer_queue`` (the partition queues and the tuned send path into them) <-
+``producer_sender`` (the sender thread: batching, commits, ``MessageId`` assignment) <- here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 import time
-import uuid
-from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -30,32 +27,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker_core.bulk import PartitionAppend, to_segment_rows
-from broker_core.client.args import check_send_arguments, check_type
-from broker_core.client.builder import PendingMessage, plan_entries, rows_for
+from broker_core.client.args import check_type
+from broker_core.client.builder import PendingMessage
+from broker_core.client.producer_queue import PartitionQueue
+from broker_core.client.producer_sender import ProducerSender
 from broker_core.errors import (
-    AlreadyClosed,
     DirectoryGone,
     InvalidConfiguration,
     InvalidMessage,
-    MessageTooBig,
-    ProducerBusy,
-    ProducerFenced,
     ProducerQueueIsFull,
     PulsarException,
     Timeout,
     TopicDeleted,
-    TopicNotFound,
     result_for,
 )
 from broker_core.jobs.backlog import BacklogQuotaGuard
-from broker_core.message import Message
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.policies import EffectivePolicies
 from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
-from broker_core.routing import CustomRouter, MessageRouter
+from broker_core.routing import MessageRouter
 from broker_core.segment import CompressionType
-from broker_core.topic_log import TopicLog
 
 if TYPE_CHECKING:
     from broker_core.client.client import Client
@@ -69,25 +61,7 @@ class BatchingType:
     KeyBased = 1
 
 
-class _PartitionQueue:
-    __slots__ = (
-        "bytes", "committed", "enqueued", "epoch", "flush_target", "log", "messages", "registry", "taken", "topic_id",
-    )
-
-    def __init__(self, log: TopicLog, registry: ProducerRegistry) -> None:
-        self.log = log
-        self.registry = registry
-        self.messages: deque[PendingMessage] = deque()
-        self.bytes = 0
-        self.enqueued = 0
-        self.taken = 0
-        self.committed = 0
-        self.flush_target = 0
-        self.epoch = 0
-        self.topic_id: str | None = None  # the metaData id of the topic registered on (see ``_register``)
-
-
-class Producer:
+class Producer(ProducerSender):
     """Publishes messages to one topic (all its partitions). Create with ``Client.create_producer``."""
 
     def __init__(
@@ -149,7 +123,7 @@ class Producer:
         self._closed = False
         self._failure: PulsarException | None = None
         self._queues = [
-            _PartitionQueue(client._broker.topic_log(p), ProducerRegistry(client._broker.io, client._topic_dir(p)))
+            PartitionQueue(client._broker.topic_log(p), ProducerRegistry(client._broker.io, client._topic_dir(p)))
             for p in partitions
         ]
         self._register()
@@ -166,86 +140,6 @@ class Producer:
         self._last_renew_s = time.monotonic()
         self._thread = threading.Thread(target=self._run, name=f"pubsub-producer-{self._name}", daemon=True)
         self._thread.start()
-
-    # -- policies (re-read at most once a second: a policy change needs no restart) ----------------
-
-    def _effective(self) -> EffectivePolicies:
-        now = time.monotonic()
-        if now >= self._policy_expires:
-            self._policy_cache = self._policies.effective(self._topic)
-            self._policy_expires = now + 1.0
-        assert self._policy_cache is not None
-        return self._policy_cache
-
-    @property
-    def _dedup(self) -> bool:
-        return self._effective().deduplication_enabled
-
-    @property
-    def _max_message_size(self) -> int:
-        return self._effective().max_message_size
-
-    # -- registration -------------------------------------------------------------------------------
-
-    def _register(self) -> None:
-        registered: list[_PartitionQueue] = []
-        try:
-            for q in self._queues:
-                while True:
-                    try:
-                        q.epoch = q.registry.register(
-                            self._name, self._access_mode, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms
-                        )
-                        break
-                    except ProducerBusy:
-                        if self._access_mode != ProducerAccessMode.WaitForExclusive or self._client._closed:
-                            raise
-                        time.sleep(0.05)
-                registered.append(q)
-                q.log.bump_producer_epoch(to=q.epoch)  # fences whoever held an older epoch
-                q.topic_id = q.log.live_snapshot().metadata.id
-        except BaseException as exc:
-            for q in registered:
-                with contextlib.suppress(Exception):
-                    q.registry.unregister(self._name)
-            if isinstance(exc, TopicDeleted | DirectoryGone):
-                raise self._disconnected(exc) from exc
-            raise
-
-    def _disconnected(self, cause: BaseException) -> TopicDeleted:
-        """The error of a producer whose topic was deleted; it stays failed with it."""
-        error = TopicDeleted(
-            f"topic {self._topic} was deleted while producer {self._name!r} was connected to it: the producer "
-            "is disconnected; create a new one (which re-creates the topic if auto-creation is on)",
-            topic=str(self._topic),
-        )
-        error.__cause__ = cause
-        return error
-
-    def _renew_leases(self) -> None:
-        now = time.monotonic()
-        if self._failure is not None or (now - self._last_renew_s) * 1000 < self._lease_ms / 3:
-            return  # a failed producer stays failed: it has nothing to renew
-        self._last_renew_s = now
-        for q in self._queues:
-            try:
-                q.registry.renew(self._name, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms)
-            except PulsarException as exc:
-                self._failure = self._failure or self._classify(q, exc)
-
-    def _classify(self, q: _PartitionQueue, exc: PulsarException) -> PulsarException:
-        """A lost registration means fencing, unless the topic itself was deleted (and maybe re-created)."""
-        if isinstance(exc, TopicDeleted | DirectoryGone):
-            return self._disconnected(exc)
-        if isinstance(exc, ProducerFenced):
-            try:
-                if q.log.live_snapshot().metadata.id != q.topic_id:
-                    return self._disconnected(exc)
-            except TopicNotFound as gone:
-                return self._disconnected(gone)
-            except PulsarException:
-                return exc  # storage trouble while looking: report the fencing itself
-        return exc
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -435,300 +329,6 @@ class Producer:
             with contextlib.suppress(Exception):
                 q.registry.unregister(self._name)
         self._client._forget(self)
-
-    # -- queueing -----------------------------------------------------------------------------------
-
-    def _enqueue(
-        self,
-        content: Any,
-        properties: Any,
-        partition_key: Any,
-        ordering_key: Any,
-        sequence_id: Any,
-        replication_clusters: Any,
-        disable_replication: Any,
-        event_timestamp: Any,
-        deliver_at: Any,
-        deliver_after: Any,
-        *,
-        flush: bool,
-        callback: Callable[[PendingMessage], None] | None = None,
-    ) -> PendingMessage:
-        if self._closed:
-            raise AlreadyClosed(f"producer {self._name!r} on {self._topic} is closed")
-        if self._failure is not None:
-            raise self._failure
-        data = None if content is None else self._schema.encode(content)
-        props = None
-        if not (
-            properties is None
-            and partition_key is None
-            and ordering_key is None
-            and sequence_id is None
-            and replication_clusters is None
-            and disable_replication is False
-            and event_timestamp is None
-            and deliver_at is None
-            and deliver_after is None
-        ):  # the plain send skips the argument checks: they cost more than the rest of the send
-            props = check_send_arguments(
-                properties,
-                partition_key,
-                ordering_key,
-                sequence_id,
-                replication_clusters,
-                disable_replication,
-                event_timestamp,
-                deliver_at,
-                deliver_after,
-            )
-            if sequence_id is not None and sequence_id < 0:
-                raise InvalidConfiguration(f"argument 'sequence_id' must be >= 0, got {sequence_id}")
-        publish_ms = self._clock.now_ms()
-        deliver_ms = deliver_at
-        if deliver_after is not None:
-            deliver_ms = publish_ms + int(deliver_after.total_seconds() * 1000)
-        size = len(data) if data is not None else 0
-        max_size = self._max_message_size
-        if size > max_size and not self._chunking:
-            raise MessageTooBig(
-                f"message of {size} bytes exceeds maxMessageSize={max_size} on {self._topic}; "
-                "enable chunking (chunking_enabled=True, batching off) or send smaller messages",
-                topic=str(self._topic),
-            )
-        partition = 0
-        if self._partitioned:
-            if self._router is None:
-                raise InvalidConfiguration("partitioned producer without a router")
-            routed: object = content
-            if isinstance(self._router, CustomRouter):
-                # the official client hands a custom router the Message being sent
-                routed = Message(
-                    _data=data,
-                    _key=partition_key,
-                    _ordering_key=ordering_key.encode() if ordering_key else None,
-                    _properties=dict(props or {}),
-                    _producer_name=self._name,
-                    _sequence_id=sequence_id,
-                    _publish_time_ms=publish_ms,
-                    _event_time_ms=event_timestamp or 0,
-                    _deliver_at_ms=deliver_ms,
-                    _schema_version=None,
-                    _message_id=MessageId(),
-                    _topic=str(self._topic),
-                    _schema=self._schema,
-                )
-            partition = self._router.choose(partition_key, routed)
-        ordering = ordering_key.encode("utf-8") if ordering_key else None
-        with self._lock:
-            if sequence_id is None:
-                seq = self._next_sequence_id
-                self._next_sequence_id += 1
-            else:
-                seq = sequence_id
-            q = self._queues[partition]
-            now = time.monotonic()
-            was_empty = not q.messages
-            bytes_before = q.bytes
-            pending = PendingMessage(
-                data, partition_key, ordering, props, seq, publish_ms, event_timestamp, deliver_ms, size, callback
-            )
-            pending.enqueued_s = now
-            pending.wants_id = flush or callback is not None
-            if data is None or size <= max_size:
-                self._wait_for_space(partition, 1)
-                q.messages.append(pending)
-                q.bytes += size
-                q.enqueued += 1
-                self._pending_total += 1
-            else:
-                pending = self._enqueue_chunks(q, partition, pending, max_size)
-            if flush:
-                q.flush_target = q.enqueued
-            # Wake the sender only when it has something new to decide: a first message (its batch delay
-            # starts), a flush, or a batch limit just reached.  Past a limit it needs no more wake-ups: it
-            # looks at every queue again after each commit.
-            count = len(q.messages)
-            if (
-                was_empty
-                or flush
-                or (count >= self._batch_max_messages and count - 1 < self._batch_max_messages)
-                or (q.bytes >= self._batch_max_bytes > bytes_before)
-            ):
-                self._cond.notify_all()
-        return pending
-
-    def _enqueue_chunks(
-        self, q: _PartitionQueue, partition: int, whole: PendingMessage, max_size: int
-    ) -> PendingMessage:
-        """Queue a message too big for one entry as its chunks (the last one carries the callback)."""
-        assert whole.value is not None
-        pieces = self._split(whole.value, whole.size_bytes, max_size, whole.sequence_id)
-        self._wait_for_space(partition, len(pieces))
-        chunks = [
-            dataclasses.replace(
-                whole,
-                value=chunk,
-                size_bytes=len(chunk),
-                callback=whole.callback if index == len(pieces) - 1 else None,
-                **chunk_fields,
-            )
-            for index, (chunk, chunk_fields) in enumerate(pieces)
-        ]
-        for chunk_msg in chunks:
-            q.messages.append(chunk_msg)
-            q.bytes += chunk_msg.size_bytes
-            q.enqueued += 1
-        self._pending_total += len(chunks)
-        return chunks[-1]
-
-    def _split(self, data: bytes, size: int, chunk_size: int, seq: int) -> list[tuple[bytes, dict[str, Any]]]:
-        count = (size + chunk_size - 1) // chunk_size
-        chunk_uuid = f"{self._name}-{seq}-{uuid.uuid4().hex[:8]}"
-        return [
-            (
-                data[i * chunk_size : (i + 1) * chunk_size],
-                {"chunk_uuid": chunk_uuid, "chunk_id": i, "num_chunks": count, "chunk_total_size_bytes": size},
-            )
-            for i in range(count)
-        ]
-
-    def _full(self, partition: int, needed: int) -> bool:
-        queued = len(self._queues[partition].messages)
-        total = self._pending_total
-        return (queued + needed > self._max_pending and queued > 0) or (
-            self._max_pending_total > 0 and total + needed > self._max_pending_total and total > 0
-        )
-
-    def _wait_for_space(self, partition: int, needed: int) -> None:
-        while self._full(partition, needed):
-            if not self._block:
-                raise ProducerQueueIsFull(
-                    f"producer {self._name!r} has {self._max_pending} pending messages on {self._topic}; "
-                    "wait for callbacks, call flush(), or create it with block_if_queue_full=True",
-                    topic=str(self._topic),
-                )
-            self._cond.wait(timeout=0.1)
-            if self._closed:
-                raise AlreadyClosed(f"producer {self._name!r} was closed while waiting for queue space")
-
-    # -- the sender thread --------------------------------------------------------------------------
-
-    def _ready(self, q: _PartitionQueue, now: float) -> bool:
-        if not q.messages:
-            return False
-        if not self._batching or self._closed or q.taken < q.flush_target:
-            return True
-        return (
-            len(q.messages) >= self._batch_max_messages
-            or q.bytes >= self._batch_max_bytes
-            or now - q.messages[0].enqueued_s >= self._batch_delay_s
-        )
-
-    def _take(self, q: _PartitionQueue) -> list[PendingMessage]:
-        limit = self._batch_max_messages if self._batching else 10_000
-        byte_limit = self._batch_max_bytes if self._batching else 16 << 20
-        out: list[PendingMessage] = []
-        size = 0
-        while q.messages and (
-            (len(out) < limit and size < byte_limit)
-            or (out and out[-1].is_chunk and out[-1].chunk_id != (out[-1].num_chunks or 0) - 1)
-        ):
-            msg = q.messages.popleft()
-            out.append(msg)
-            size += msg.size_bytes
-            q.bytes -= msg.size_bytes
-        q.taken += len(out)
-        return out
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    now = time.monotonic()
-                    ready = [q for q in self._queues if self._ready(q, now)]
-                    if ready:
-                        break
-                    if self._closed and not any(q.messages for q in self._queues):
-                        return
-                    waits = [self._batch_delay_s - (now - q.messages[0].enqueued_s) for q in self._queues if q.messages]
-                    timeout = min([*waits, self._lease_ms / 3000])
-                    self._cond.wait(timeout=max(timeout, 0.0005))
-                    self._renew_leases()
-                work = [(q, self._take(q)) for q in ready]
-                self._pending_total -= sum(len(batch) for _, batch in work)
-                self._cond.notify_all()
-            for q, batch in work:
-                if batch:
-                    self._commit(q, batch)
-            self._renew_leases()
-
-    def _commit(self, q: _PartitionQueue, batch: list[PendingMessage]) -> None:
-        partition = self._queues.index(q) if self._partitioned else -1
-        try:
-            if self._failure is not None:
-                raise self._failure
-            self._quota.admit(
-                self._partition_names[self._queues.index(q)],
-                deadline_s=self._deadline(batch[0].enqueued_s),
-                closed=lambda: self._client._closed,
-            )
-            ordered, layout = plan_entries(batch, batching=self._batching, key_based=self._key_based)
-            table = rows_for(ordered, self._name)
-            result = q.log.append(
-                table, layout=layout, compression=self._compression, dedup=self._dedup, producer_epoch=q.epoch,
-                topic_id=q.topic_id,
-            )
-        except BaseException as exc:  # resolve every waiter, whatever happened
-            error = exc if isinstance(exc, PulsarException) else PulsarException(f"commit failed: {exc!r}")
-            if isinstance(exc, TopicDeleted | DirectoryGone):  # disconnected for good, as in Pulsar
-                self._failure = error = self._failure or self._disconnected(exc)
-            elif isinstance(exc, PulsarException) and type(exc).__name__ == "ProducerFenced":
-                self._failure = exc
-            for msg in batch:
-                msg.error = error
-            self._resolve(q, batch)
-            return
-        if any(msg.wants_id for msg in ordered):  # a plain send_async has nobody to hand its id to
-            self._assign_ids(q, partition, ordered, result.kept, result.segment)
-        seq_max = max(msg.sequence_id for msg in batch)
-        with self._cond:
-            self._last_sequence_id = max(self._last_sequence_id, seq_max)
-        self._resolve(q, batch)
-
-    def _assign_ids(
-        self, q: _PartitionQueue, partition: int, ordered: list[PendingMessage], kept: np.ndarray, segment: Any
-    ) -> None:
-        """Set the ``MessageId`` of each committed message (-1s for a duplicate dropped by dedup)."""
-        ledger = q.log.log.cached_snapshot().ledger_id
-        entry_list: list[int] = []
-        batch_list: list[int] = []
-        if segment is not None:
-            offsets = segment.base_offset + np.cumsum(kept) - 1
-            entries, batches = q.log.ids_for_offsets(offsets[kept])
-            entry_list, batch_list = entries.tolist(), batches.tolist()
-        i = 0
-        for was_kept, msg in zip(kept.tolist(), ordered, strict=True):
-            if was_kept:
-                msg.result = MessageId._trusted(partition, ledger, entry_list[i], batch_list[i])
-                i += 1
-            else:
-                msg.result = MessageId._trusted(partition, -1, -1, -1)
-
-    def _deadline(self, since_s: float) -> float | None:
-        """When a send begun at ``since_s`` (monotonic) times out; None without a send timeout."""
-        return None if self._send_timeout_s is None else since_s + self._send_timeout_s
-
-    def _resolve(self, q: _PartitionQueue, batch: list[PendingMessage]) -> None:
-        """Mark a committed (or failed) batch done, wake waiters, then run the callbacks in order."""
-        with self._done_cond:
-            for msg in batch:
-                msg.done = True
-            q.committed += len(batch)
-            self._done_cond.notify_all()
-        for msg in batch:
-            if msg.callback is not None:
-                msg.callback(msg)
 
 
 __all__ = ["BatchingType", "Producer"]

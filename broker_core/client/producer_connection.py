@@ -1,0 +1,129 @@
+"""What ties a producer to its topic: registration, leases, fencing, deletion and policies.
+
+A producer registers on every partition when it is created and renews the lease while it lives,
+so a second exclusive producer is refused and an older epoch is fenced.  Losing the registration
+means fencing, unless the topic itself was deleted: then the producer is disconnected for good
+with ``TopicDeleted``, as Pulsar disconnects the producers of a deleted topic (``docs/DECISIONS.md``
+D39).  It pins the topic's identity when it registers, so a topic re-created under the same name
+is not mistaken for its own.  The topic's policies are re-read at most once a second, so a policy
+change needs no restart.
+
+This is the base of ``Producer``, kept apart so the send path and the sender thread read as what
+they are; ``Producer.__init__`` sets the attributes declared here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from broker_core.errors import DirectoryGone, ProducerBusy, ProducerFenced, PulsarException, TopicDeleted, TopicNotFound
+from broker_core.producer_registry import ProducerAccessMode
+
+if TYPE_CHECKING:
+    from broker_core.client.client import Client
+    from broker_core.client.producer_queue import PartitionQueue
+    from broker_core.clock import Clock
+    from broker_core.naming import TopicName
+    from broker_core.policies import EffectivePolicies, PolicyStore
+
+
+class ProducerConnection:
+    """The registration half of a producer; ``Producer.__init__`` sets the attributes below."""
+
+    _client: Client
+    _topic: TopicName
+    _name: str
+    _access_mode: ProducerAccessMode
+    _clock: Clock
+    _lease_ms: int
+    _last_renew_s: float
+    _queues: list[PartitionQueue]
+    _failure: PulsarException | None
+    _policies: PolicyStore
+    _policy_expires: float
+    _policy_cache: EffectivePolicies | None
+
+    # -- policies (re-read at most once a second: a policy change needs no restart) ----------------
+
+    def _effective(self) -> EffectivePolicies:
+        now = time.monotonic()
+        if now >= self._policy_expires:
+            self._policy_cache = self._policies.effective(self._topic)
+            self._policy_expires = now + 1.0
+        assert self._policy_cache is not None
+        return self._policy_cache
+
+    @property
+    def _dedup(self) -> bool:
+        return self._effective().deduplication_enabled
+
+    @property
+    def _max_message_size(self) -> int:
+        return self._effective().max_message_size
+
+    # -- registration -------------------------------------------------------------------------------
+
+    def _register(self) -> None:
+        registered: list[PartitionQueue] = []
+        try:
+            for q in self._queues:
+                while True:
+                    try:
+                        q.epoch = q.registry.register(
+                            self._name, self._access_mode, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms
+                        )
+                        break
+                    except ProducerBusy:
+                        if self._access_mode != ProducerAccessMode.WaitForExclusive or self._client._closed:
+                            raise
+                        time.sleep(0.05)
+                registered.append(q)
+                q.log.bump_producer_epoch(to=q.epoch)  # fences whoever held an older epoch
+                q.topic_id = q.log.live_snapshot().metadata.id
+        except BaseException as exc:
+            for q in registered:
+                with contextlib.suppress(Exception):
+                    q.registry.unregister(self._name)
+            if isinstance(exc, TopicDeleted | DirectoryGone):
+                raise self._disconnected(exc) from exc
+            raise
+
+    def _disconnected(self, cause: BaseException) -> TopicDeleted:
+        """The error of a producer whose topic was deleted; it stays failed with it."""
+        error = TopicDeleted(
+            f"topic {self._topic} was deleted while producer {self._name!r} was connected to it: the producer "
+            "is disconnected; create a new one (which re-creates the topic if auto-creation is on)",
+            topic=str(self._topic),
+        )
+        error.__cause__ = cause
+        return error
+
+    def _renew_leases(self) -> None:
+        now = time.monotonic()
+        if self._failure is not None or (now - self._last_renew_s) * 1000 < self._lease_ms / 3:
+            return  # a failed producer stays failed: it has nothing to renew
+        self._last_renew_s = now
+        for q in self._queues:
+            try:
+                q.registry.renew(self._name, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms)
+            except PulsarException as exc:
+                self._failure = self._failure or self._classify(q, exc)
+
+    def _classify(self, q: PartitionQueue, exc: PulsarException) -> PulsarException:
+        """A lost registration means fencing, unless the topic itself was deleted (and maybe re-created)."""
+        if isinstance(exc, TopicDeleted | DirectoryGone):
+            return self._disconnected(exc)
+        if isinstance(exc, ProducerFenced):
+            try:
+                if q.log.live_snapshot().metadata.id != q.topic_id:
+                    return self._disconnected(exc)
+            except TopicNotFound as gone:
+                return self._disconnected(gone)
+            except PulsarException:
+                return exc  # storage trouble while looking: report the fencing itself
+        return exc
+
+
+__all__ = ["ProducerConnection"]

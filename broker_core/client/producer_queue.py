@@ -1,0 +1,258 @@
+"""A producer's queues, one per partition, and the send path that fills them.
+
+``send_async`` and ``send`` end in ``_enqueue``, which runs once per message, so it is tuned: a
+plain send skips the argument checks (they cost more than the rest of the send), the lock is
+entered directly (``Condition.__enter__`` is Python), the sender thread is woken only when it has
+something new to decide, and a ``PendingMessage`` asks for its ``MessageId`` only when somebody
+waits for it.  Keep it that way: no extra calls or lookups per message.
+
+A message bigger than ``maxMessageSize`` is queued as its chunks when chunking is on.  A full queue
+blocks or raises ``ProducerQueueIsFull`` (``block_if_queue_full``).  The counters of a queue only
+grow, so a flush can name the point it waits for (``flush_target``) and see it passed
+(``committed``) without holding the queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from broker_core.client.args import check_send_arguments
+from broker_core.client.builder import PendingMessage
+from broker_core.client.producer_connection import ProducerConnection
+from broker_core.errors import AlreadyClosed, InvalidConfiguration, MessageTooBig, ProducerQueueIsFull
+from broker_core.message import Message
+from broker_core.message_id import MessageId
+from broker_core.routing import CustomRouter
+
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable
+
+    from broker_core.message import Schema
+    from broker_core.producer_registry import ProducerRegistry
+    from broker_core.routing import MessageRouter
+    from broker_core.topic_log import TopicLog
+
+
+class PartitionQueue:
+    """One partition's pending messages and counters; guarded by the producer's lock.
+
+    The registration epoch and the topic's identity live here too: every commit to the partition
+    carries them.
+    """
+
+    __slots__ = (
+        "bytes", "committed", "enqueued", "epoch", "flush_target", "log", "messages", "registry", "taken", "topic_id",
+    )
+
+    def __init__(self, log: TopicLog, registry: ProducerRegistry) -> None:
+        self.log = log
+        self.registry = registry
+        self.messages: deque[PendingMessage] = deque()
+        self.bytes = 0
+        self.enqueued = 0
+        self.taken = 0
+        self.committed = 0
+        self.flush_target = 0
+        self.epoch = 0
+        self.topic_id: str | None = None  # the metaData id of the topic registered on (see ``_register``)
+
+
+class ProducerQueueing(ProducerConnection):
+    """The send path of a producer, up to its queues; ``Producer.__init__`` sets the attributes below."""
+
+    _schema: Schema
+    _chunking: bool
+    _partitioned: bool
+    _router: MessageRouter | None
+    _lock: threading.RLock
+    _cond: threading.Condition
+    _closed: bool
+    _block: bool
+    _max_pending: int
+    _max_pending_total: int
+    _pending_total: int
+    _next_sequence_id: int
+    _batch_max_messages: int
+    _batch_max_bytes: int
+
+    def _enqueue(
+        self,
+        content: Any,
+        properties: Any,
+        partition_key: Any,
+        ordering_key: Any,
+        sequence_id: Any,
+        replication_clusters: Any,
+        disable_replication: Any,
+        event_timestamp: Any,
+        deliver_at: Any,
+        deliver_after: Any,
+        *,
+        flush: bool,
+        callback: Callable[[PendingMessage], None] | None = None,
+    ) -> PendingMessage:
+        if self._closed:
+            raise AlreadyClosed(f"producer {self._name!r} on {self._topic} is closed")
+        if self._failure is not None:
+            raise self._failure
+        data = None if content is None else self._schema.encode(content)
+        props = None
+        if not (
+            properties is None
+            and partition_key is None
+            and ordering_key is None
+            and sequence_id is None
+            and replication_clusters is None
+            and disable_replication is False
+            and event_timestamp is None
+            and deliver_at is None
+            and deliver_after is None
+        ):  # the plain send skips the argument checks: they cost more than the rest of the send
+            props = check_send_arguments(
+                properties,
+                partition_key,
+                ordering_key,
+                sequence_id,
+                replication_clusters,
+                disable_replication,
+                event_timestamp,
+                deliver_at,
+                deliver_after,
+            )
+            if sequence_id is not None and sequence_id < 0:
+                raise InvalidConfiguration(f"argument 'sequence_id' must be >= 0, got {sequence_id}")
+        publish_ms = self._clock.now_ms()
+        deliver_ms = deliver_at
+        if deliver_after is not None:
+            deliver_ms = publish_ms + int(deliver_after.total_seconds() * 1000)
+        size = len(data) if data is not None else 0
+        max_size = self._max_message_size
+        if size > max_size and not self._chunking:
+            raise MessageTooBig(
+                f"message of {size} bytes exceeds maxMessageSize={max_size} on {self._topic}; "
+                "enable chunking (chunking_enabled=True, batching off) or send smaller messages",
+                topic=str(self._topic),
+            )
+        partition = 0
+        if self._partitioned:
+            if self._router is None:
+                raise InvalidConfiguration("partitioned producer without a router")
+            routed: object = content
+            if isinstance(self._router, CustomRouter):
+                # the official client hands a custom router the Message being sent
+                routed = Message(
+                    _data=data,
+                    _key=partition_key,
+                    _ordering_key=ordering_key.encode() if ordering_key else None,
+                    _properties=dict(props or {}),
+                    _producer_name=self._name,
+                    _sequence_id=sequence_id,
+                    _publish_time_ms=publish_ms,
+                    _event_time_ms=event_timestamp or 0,
+                    _deliver_at_ms=deliver_ms,
+                    _schema_version=None,
+                    _message_id=MessageId(),
+                    _topic=str(self._topic),
+                    _schema=self._schema,
+                )
+            partition = self._router.choose(partition_key, routed)
+        ordering = ordering_key.encode("utf-8") if ordering_key else None
+        with self._lock:
+            if sequence_id is None:
+                seq = self._next_sequence_id
+                self._next_sequence_id += 1
+            else:
+                seq = sequence_id
+            q = self._queues[partition]
+            now = time.monotonic()
+            was_empty = not q.messages
+            bytes_before = q.bytes
+            pending = PendingMessage(
+                data, partition_key, ordering, props, seq, publish_ms, event_timestamp, deliver_ms, size, callback
+            )
+            pending.enqueued_s = now
+            pending.wants_id = flush or callback is not None
+            if data is None or size <= max_size:
+                self._wait_for_space(partition, 1)
+                q.messages.append(pending)
+                q.bytes += size
+                q.enqueued += 1
+                self._pending_total += 1
+            else:
+                pending = self._enqueue_chunks(q, partition, pending, max_size)
+            if flush:
+                q.flush_target = q.enqueued
+            # Wake the sender only when it has something new to decide: a first message (its batch delay
+            # starts), a flush, or a batch limit just reached.  Past a limit it needs no more wake-ups: it
+            # looks at every queue again after each commit.
+            count = len(q.messages)
+            if (
+                was_empty
+                or flush
+                or (count >= self._batch_max_messages and count - 1 < self._batch_max_messages)
+                or (q.bytes >= self._batch_max_bytes > bytes_before)
+            ):
+                self._cond.notify_all()
+        return pending
+
+    def _enqueue_chunks(
+        self, q: PartitionQueue, partition: int, whole: PendingMessage, max_size: int
+    ) -> PendingMessage:
+        """Queue a message too big for one entry as its chunks (the last one carries the callback)."""
+        assert whole.value is not None
+        pieces = self._split(whole.value, whole.size_bytes, max_size, whole.sequence_id)
+        self._wait_for_space(partition, len(pieces))
+        chunks = [
+            dataclasses.replace(
+                whole,
+                value=chunk,
+                size_bytes=len(chunk),
+                callback=whole.callback if index == len(pieces) - 1 else None,
+                **chunk_fields,
+            )
+            for index, (chunk, chunk_fields) in enumerate(pieces)
+        ]
+        for chunk_msg in chunks:
+            q.messages.append(chunk_msg)
+            q.bytes += chunk_msg.size_bytes
+            q.enqueued += 1
+        self._pending_total += len(chunks)
+        return chunks[-1]
+
+    def _split(self, data: bytes, size: int, chunk_size: int, seq: int) -> list[tuple[bytes, dict[str, Any]]]:
+        count = (size + chunk_size - 1) // chunk_size
+        chunk_uuid = f"{self._name}-{seq}-{uuid.uuid4().hex[:8]}"
+        return [
+            (
+                data[i * chunk_size : (i + 1) * chunk_size],
+                {"chunk_uuid": chunk_uuid, "chunk_id": i, "num_chunks": count, "chunk_total_size_bytes": size},
+            )
+            for i in range(count)
+        ]
+
+    def _full(self, partition: int, needed: int) -> bool:
+        queued = len(self._queues[partition].messages)
+        total = self._pending_total
+        return (queued + needed > self._max_pending and queued > 0) or (
+            self._max_pending_total > 0 and total + needed > self._max_pending_total and total > 0
+        )
+
+    def _wait_for_space(self, partition: int, needed: int) -> None:
+        while self._full(partition, needed):
+            if not self._block:
+                raise ProducerQueueIsFull(
+                    f"producer {self._name!r} has {self._max_pending} pending messages on {self._topic}; "
+                    "wait for callbacks, call flush(), or create it with block_if_queue_full=True",
+                    topic=str(self._topic),
+                )
+            self._cond.wait(timeout=0.1)
+            if self._closed:
+                raise AlreadyClosed(f"producer {self._name!r} was closed while waiting for queue space")
+
+
+__all__ = ["PartitionQueue", "ProducerQueueing"]
