@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from consumer_helpers import drain, values
 
 from broker_core import (
     AlreadyClosed,
@@ -58,21 +59,6 @@ def receive_n(consumer: Consumer, n: int) -> list[Message]:
     return [consumer.receive(WAIT_MS) for _ in range(n)]
 
 
-def drain(consumer: Consumer, *, ack: bool = False) -> list[Message]:
-    """Everything that arrives until the consumer stays quiet for QUIET_MS."""
-    out: list[Message] = []
-    while True:
-        try:
-            msg = consumer.receive(QUIET_MS)
-        except Timeout:
-            return out
-        out.append(msg)
-        if ack:
-            consumer.acknowledge(msg)
-
-
-def values(msgs: list[Message]) -> list[str]:
-    return [m.data().decode() for m in msgs]
 
 
 def subscribe(client: Client, topic: Any = "t", sub: str = "s", **kwargs: Any) -> Consumer:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from consumer_helpers import crash, drain, values
 
 from broker_core import (
     BrokerConfig,
@@ -24,7 +25,6 @@ from broker_core import (
     ConsumerType,
     InitialPosition,
     KeySharedMode,
-    Message,
     Timeout,
 )
 from broker_core.clock import ManualClock
@@ -53,34 +53,7 @@ def subscribe(client: Client, kind: ConsumerType, name: str, *, topic: str = "t"
     return client.subscribe(topic, sub, consumer_type=kind, consumer_name=name, **kwargs)
 
 
-def drain(consumer: Consumer, *, ack: bool = False, quiet_ms: int = QUIET_MS) -> list[Message]:
-    out: list[Message] = []
-    while True:
-        try:
-            msg = consumer.receive(quiet_ms)
-        except Timeout:
-            return out
-        out.append(msg)
-        if ack:
-            consumer.acknowledge(msg)
 
-
-def values(msgs: list[Message]) -> list[str]:
-    return [m.data().decode() for m in msgs]
-
-
-def crash(consumer: Consumer) -> None:
-    """Stop a consumer's thread without flushing or leaving, like a process that died."""
-    with consumer._cv:
-        consumer._closed = True
-        consumer._cv.notify_all()
-    consumer._wake.set()
-    consumer._thread.join(WAIT_MS / 1000)
-    assert not consumer._thread.is_alive()
-    for part in consumer._parts:
-        part.log.remove_waiter(consumer._wake)
-        part.store.remove_waiter(consumer._wake)
-    consumer._client._forget(consumer)
 
 
 def cursor_of(client: Client, topic: str = "t", sub: str = "s", partition: int = 0) -> Any:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from consumer_helpers import drain
 
 from broker_core import (
     BrokerConfig,
@@ -14,7 +15,6 @@ from broker_core import (
     ConsumerDeadLetterPolicy,
     ConsumerType,
     InitialPosition,
-    Message,
     NotAllowedError,
     Timeout,
 )
@@ -33,17 +33,6 @@ RETRY = f"{TOPIC}-s-RETRY"
 def make_client(root: Path, *, clock: ManualClock | None = None, **config: Any) -> Client:
     return Client(str(root), broker_config=BrokerConfig(fsync_enabled=False, **config), clock=clock)
 
-
-def drain(consumer: Consumer, *, ack: bool = False) -> list[Message]:
-    out: list[Message] = []
-    while True:
-        try:
-            msg = consumer.receive(QUIET_MS)
-        except Timeout:
-            return out
-        out.append(msg)
-        if ack:
-            consumer.acknowledge(msg)
 
 
 def send(client: Client, topic: str, *payloads: bytes, **kwargs: Any) -> list[Any]:

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from consumer_helpers import crash, drain
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker_core import BrokerConfig, Client, Consumer, ConsumerType, InitialPosition, Message, Timeout
+from broker_core import BrokerConfig, Client, Consumer, ConsumerType, InitialPosition
 from broker_core.clock import ManualClock
 from broker_core.errors import BrokerPersistenceError, InvalidConfiguration
 from broker_core.failover import FailoverConsumer, active_consumer
@@ -125,27 +126,6 @@ def receive(consumer: Consumer, n: int) -> list[tuple[str, int]]:
     return [(m.data().decode(), m.redelivery_count()) for m in (consumer.receive(WAIT_MS) for _ in range(n))]
 
 
-def drain(consumer: Consumer) -> list[Message]:
-    out: list[Message] = []
-    while True:
-        try:
-            out.append(consumer.receive(QUIET_MS))
-        except Timeout:
-            return out
-
-
-def crash(consumer: Consumer) -> None:
-    """Stop a consumer's thread without flushing or leaving, like a process that died."""
-    with consumer._cv:
-        consumer._closed = True
-        consumer._cv.notify_all()
-    consumer._wake.set()
-    consumer._thread.join(WAIT_MS / 1000)
-    assert not consumer._thread.is_alive()
-    for part in consumer._parts:
-        part.log.remove_waiter(consumer._wake)
-        part.store.remove_waiter(consumer._wake)
-    consumer._client._forget(consumer)
 
 
 def redelivery_counts(client: Client) -> dict[int, int]:
