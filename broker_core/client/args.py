@@ -67,15 +67,17 @@ def check_send_arguments(
     deliver_at: Any,
     deliver_after: Any,
 ) -> dict[str, str] | None:
-    """Type-check the optional arguments of ``send`` / ``send_async``; return the properties.
+    """Check the optional arguments of ``send`` / ``send_async``; return the properties.
 
-    Persistent and non-persistent producers take the same arguments and refuse the same wrong types;
-    what each does with a well-typed value (a negative ``sequence_id``, a delay) is its own rule.
+    Persistent and non-persistent producers take the same arguments and refuse the same wrong types
+    and negative sequence ids; what each does with a well-typed value (a delay) is its own rule.
     """
     props = check_str_map(properties, "properties")
     check_type_or_none(str, partition_key, "partition_key")
     check_type_or_none(str, ordering_key, "ordering_key")
     check_type_or_none(int, sequence_id, "sequence_id")
+    if sequence_id is not None and sequence_id < 0:
+        raise InvalidConfiguration(f"argument 'sequence_id' must be >= 0, got {sequence_id}", argument="sequence_id")
     check_type_or_none(list, replication_clusters, "replication_clusters")
     check_type(bool, disable_replication, "disable_replication")
     check_type_or_none(int, event_timestamp, "event_timestamp")

@@ -10,6 +10,7 @@ two from drifting apart.
 
 from __future__ import annotations
 
+import abc
 import logging
 import threading
 import time
@@ -25,7 +26,7 @@ from broker_core.errors import AlreadyClosed, CumulativeAcknowledgementNotAllowe
 from broker_core.message import Message
 
 
-class ConsumerBase:
+class ConsumerBase(abc.ABC):
     """The shared half of a consumer; a subclass sets the attributes below and defines ``_take`` and
     ``_redeliver``.
 
@@ -53,11 +54,13 @@ class ConsumerBase:
     _nack_delay_ms: int
     _nack_backoff: MultiplierRedeliveryBackoff | None
 
+    @abc.abstractmethod
     def _take(self) -> Message:
-        raise NotImplementedError
+        """Pop the next queued message and track it as unacknowledged (call with ``_cv`` held)."""
 
+    @abc.abstractmethod
     def _redeliver(self, msgs: list[Message]) -> None:
-        raise NotImplementedError
+        """Hand ``msgs`` back for redelivery now (or to the dead letter topic past the limit)."""
 
     # -- identity -----------------------------------------------------------------------------------
 

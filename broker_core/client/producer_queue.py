@@ -124,8 +124,6 @@ class ProducerQueueing(ProducerConnection):
                 deliver_at,
                 deliver_after,
             )
-            if sequence_id is not None and sequence_id < 0:
-                raise InvalidConfiguration(f"argument 'sequence_id' must be >= 0, got {sequence_id}")
         publish_ms = self._clock.now_ms()
         deliver_ms = deliver_at
         if deliver_after is not None:

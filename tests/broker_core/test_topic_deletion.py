@@ -76,8 +76,9 @@ class Worker:
         return text.rstrip("\n")
 
     def until(self, prefix: str) -> str:
-        while not (text := self.line()).startswith(prefix):
-            pass
+        text = self.line()
+        while not text.startswith(prefix):
+            text = self.line()
         return text
 
     def say(self, text: str) -> None:

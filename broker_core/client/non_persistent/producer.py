@@ -167,8 +167,6 @@ class NonPersistentProducer:
                 "non-persistent and delivers at once",
                 topic=str(self._topic),
             )
-        if sequence_id is not None and sequence_id < 0:
-            raise InvalidConfiguration(f"argument 'sequence_id' must be >= 0, got {sequence_id}")
         size = 0 if data is None else len(data)
         if size > self._max_message_size:
             raise MessageTooBig(
