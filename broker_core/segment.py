@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import uuid
 
 import pyarrow as pa
@@ -74,6 +75,21 @@ def new_segment_name(compression: CompressionType) -> str:
     """
     suffix = "" if compression == CompressionType.NONE else "." + CompressionType(compression).name.lower()
     return f"part-{uuid.uuid4().hex}{suffix}.parquet"
+
+
+_SEGMENT_NAME = re.compile(r"^part-[0-9a-f]{32}(?:\.(lz4|zlib|zstd|snappy))?\.parquet$")
+_CODEC_BY_SUFFIX = {c.name.lower(): c for c in CompressionType if c != CompressionType.NONE}
+
+
+def codec_of(path: str) -> CompressionType | None:
+    """The codec in a name ``new_segment_name`` made (None: not a segment name this library writes).
+
+    Jobs use it to tell our segments from foreign files (vacuum) and to keep a run's codec (merging).
+    """
+    match = _SEGMENT_NAME.match(path)
+    if match is None:
+        return None
+    return CompressionType.NONE if match.group(1) is None else _CODEC_BY_SUFFIX[match.group(1)]
 
 
 def _delta_type(arrow_type: pa.DataType) -> object:
@@ -141,6 +157,7 @@ __all__ = [
     "SEGMENT_SCHEMA",
     "TIMESTAMP",
     "CompressionType",
+    "codec_of",
     "decode_segment",
     "delta_schema_string",
     "encode_segment",

@@ -63,11 +63,11 @@ from broker_core.log.checkpoint import (
 from broker_core.log.snapshot import RESERVED_TXN_PREFIX, Snapshot
 from broker_core.log.transaction_log import TransactionLog, commit_path
 from broker_core.naming import TopicName
+from broker_core.segment import codec_of
 from broker_core.storage import FileIO
 
 _LOG_FILE = re.compile(r"^(\d{20})\.(json|crc|checkpoint(\.\d{10}\.\d{10})?\.parquet)$")
 _CLASSIC_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
-_SEGMENT = re.compile(r"^part-[0-9a-f]{32}(\.(lz4|zlib|zstd|snappy))?\.parquet$")
 _NEVER_CHECKPOINT = 1 << 62
 
 
@@ -318,7 +318,7 @@ def _vacuum(broker: Broker, topic: TopicName, staged: set[str], *, now: int, age
     for name in io.list_dir(path):
         if name.startswith(("_", ".")) or name in referenced:
             continue  # hidden state, or a file the log (or a staged write) still names
-        stat = io.stat(f"{path}/{name}") if _SEGMENT.match(name) else None
+        stat = io.stat(f"{path}/{name}") if codec_of(name) is not None else None
         if stat is None:
             unknown.append(name)  # not a segment of ours (a directory, a stray file): never deleted
         elif stat.mtime_ms <= now - age:

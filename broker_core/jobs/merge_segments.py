@@ -35,9 +35,7 @@ does; it still defaults to ``dry_run=True`` like the other jobs that change stor
 
 from __future__ import annotations
 
-import re
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,7 +48,7 @@ from broker_core.log.actions import Action, Add, Remove
 from broker_core.log.segment_ref import SegmentRef, normalise_layout
 from broker_core.log.snapshot import Snapshot
 from broker_core.naming import TopicName
-from broker_core.segment import CompressionType, decode_segment, encode_segment
+from broker_core.segment import codec_of, decode_segment, encode_segment, new_segment_name
 from broker_core.topic_log import TopicLog
 
 MIB = 1 << 20
@@ -58,22 +56,6 @@ DEFAULT_TARGET_BYTES = 128 * MIB
 DEFAULT_MIN_SEGMENTS = 2
 DEFAULT_MIN_AGE_MS = 10 * 60_000
 OPERATION = "OPTIMIZE"
-
-_CODEC_SUFFIX = re.compile(r"^part-[0-9a-f]{32}(?:\.(lz4|zlib|zstd|snappy))?\.parquet$")
-_CODECS = {c.name.lower(): c for c in CompressionType if c != CompressionType.NONE}
-
-
-def codec_of(path: str) -> CompressionType | None:
-    """The codec a segment was written with, from its name (None: not a name this library writes)."""
-    match = _CODEC_SUFFIX.match(path)
-    if match is None:
-        return None
-    return CompressionType.NONE if match.group(1) is None else _CODECS[match.group(1)]
-
-
-def _suffix(codec: CompressionType) -> str:
-    return "" if codec == CompressionType.NONE else "." + codec.name.lower()
-
 
 # --- the plan ---------------------------------------------------------------------------------------
 
@@ -287,7 +269,7 @@ def merge_run(log: TopicLog, run: Sequence[SegmentRef]) -> MergedRun:
     codec = codec_of(run[0].path)
     assert codec is not None  # plan_runs only takes segments whose codec it knows
     rows = _read_run(log, run)
-    path = f"part-{uuid.uuid4().hex}{_suffix(codec)}.parquet"
+    path = new_segment_name(codec)
     data = encode_segment(rows, compression=codec)
     log.io.write_new(f"{log.path}/{path}", data, anchor=log.path)  # fsynced before the commit names it
     paths = tuple(s.path for s in run)
