@@ -8,6 +8,11 @@ subprocess scripts of the durability tests import it the same way, so it depends
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import subprocess
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -125,9 +130,32 @@ def decoded_values(table: pa.Table) -> list[bytes | None]:
     return table.column("value").to_pylist()
 
 
+
+
+def kill_after_events(proc: subprocess.Popen[str], wanted: str, count: int, rng: random.Random) -> list[str]:
+    """SIGKILL a worker once it has printed ``count`` lines starting with ``wanted``, plus a random few
+    ms (to land inside its next operation); return every line it printed.
+
+    Kill points counted in the worker's own events do not depend on the machine's load, which a
+    wall-clock window does.
+    """
+    assert proc.stdout is not None
+    seen: list[str] = []
+    while sum(line.startswith(wanted) for line in seen) < count:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.stderr else "the worker exited"
+        seen.append(line.strip())
+    time.sleep(rng.uniform(0.0, 0.02))  # the random moment of the kill, not synchronisation
+    os.kill(proc.pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, err
+    return seen + out.splitlines()
+
+
 __all__ = [
     "TOPIC_DIR",
     "decoded_values",
+    "kill_after_events",
     "open_topic",
     "producer_table",
     "read_all",

@@ -7,7 +7,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ import pytest
 from delta_probe import values_digest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from log_helpers import TOPIC_DIR, open_topic, read_all, segment_table
+from log_helpers import TOPIC_DIR, kill_after_events, open_topic, read_all, segment_table
 
 from broker_core import (
     BrokerConfig,
@@ -602,20 +601,10 @@ def test_compaction_killed_at_random_moments_leaves_a_whole_view_and_the_whole_l
         # The kill point is counted in the worker's own events, not in wall-clock time (which depends
         # on the machine's load): every other trial after its first compaction, the rest after a
         # random number of appends; then a random few ms more, to land inside the next operation.
-        seen: list[str] = []
         wanted = "compacted " if trial % 2 == 0 else "ack "
-        target = 1 if trial % 2 == 0 else rng.randint(1, 4)
-        while sum(line.startswith(wanted) for line in seen) < target:
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read() if proc.stderr else "the worker exited"
-            seen.append(line.strip())
-        time.sleep(rng.uniform(0.0, 0.02))  # the random moment of the kill, not synchronisation
-        os.kill(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=30)
-        assert proc.returncode == -signal.SIGKILL, err
+        lines = kill_after_events(proc, wanted, 1 if trial % 2 == 0 else rng.randint(1, 4), rng)
         if trial + depth < trials:
             booting.append(spawn(trial + depth))
-        lines = seen + out.splitlines()
         acked = max([int(line.split()[1]) for line in lines if line.startswith("ack ")], default=0)
         compactions += sum(1 for line in lines if line.startswith("compacted "))
         t0 = time.monotonic()

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -17,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from jobs_worker import T, append, files_of, live_values, log_of, make_broker, probe, set_cursor, topic_path
-from log_helpers import producer_table
+from log_helpers import kill_after_events, producer_table
 
 from broker_core import (
     Client,
@@ -467,19 +465,9 @@ def test_a_merge_killed_at_random_points_keeps_every_row_and_vacuum_clears_orpha
         proc.stdin.flush()
         # kill points counted in the worker's own events: after its n-th merge commit or n-th append
         wanted = "merged " if trial % 2 == 0 else "ack "
-        target = rng.randint(1, 3)
-        seen: list[str] = []
-        while sum(line.startswith(wanted) for line in seen) < target:
-            line = proc.stdout.readline()
-            assert line, proc.stderr.read() if proc.stderr else "the worker exited"
-            seen.append(line.strip())
-        time.sleep(rng.uniform(0.0, 0.02))  # lands inside the next read, write or commit
-        os.kill(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=30)
-        assert proc.returncode == -signal.SIGKILL, err
+        lines = kill_after_events(proc, wanted, rng.randint(1, 3), rng)
         if trial + depth < trials:
             booting.append(spawn(trial + depth))
-        lines = seen + out.splitlines()
         acked = max([acked, *(int(line.split()[1]) for line in lines if line.startswith("ack "))])
         merges += sum(line.startswith("merged ") for line in lines)
         fresh = TopicLog(LocalFileIO(str(tmp_path)), log_of(broker).path)
