@@ -22,7 +22,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from broker_core.errors import InvalidConfiguration
@@ -113,10 +113,10 @@ class BrokerConfig(BaseModel):
         description="Wake exactly at deliver-at times instead of on the next tick (never early either way).",
     )
     subscription_key_shared_use_consistent_hashing: bool = Field(
-        default=False,
+        default=True,
         validation_alias="subscriptionKeySharedUseConsistentHashing",
         serialization_alias="subscriptionKeySharedUseConsistentHashing",
-        description="AUTO_SPLIT Key_Shared uses consistent hashing instead of hash ranges.",
+        description="AUTO_SPLIT Key_Shared uses consistent hashing instead of hash ranges (Pulsar 4.x: on).",
     )
     subscription_key_shared_consistent_hashing_replica_points: int = Field(
         default=100,
@@ -167,6 +167,13 @@ class BrokerConfig(BaseModel):
         ge=-1,
         description="Backlog age limit per topic in seconds (-1: no limit).",
     )
+    precise_time_based_backlog_quota_check: bool = Field(
+        default=False,
+        validation_alias="preciseTimeBasedBacklogQuotaCheck",
+        serialization_alias="preciseTimeBasedBacklogQuotaCheck",
+        description="Time-quota eviction expires messages older than 90% of the limit instead of whole "
+        "segments older than the limit.",
+    )
     backlog_quota_default_retention_policy: Literal[
         "producer_request_hold", "producer_exception", "consumer_backlog_eviction"
     ] = Field(
@@ -206,12 +213,26 @@ class BrokerConfig(BaseModel):
         gt=0,
         description="Milliseconds a consumer stays registered without renewing; then its messages are redelivered.",
     )
+    subscription_key_shared_auto_split_range_size: int = Field(
+        default=65536,
+        validation_alias="subscriptionKeySharedAutoSplitRangeSize",
+        serialization_alias="subscriptionKeySharedAutoSplitRangeSize",
+        ge=2,
+        description="Slots of AUTO_SPLIT hash ranges (consistent hashing off); a power of two >= 2.",
+    )
     fsync_enabled: bool = Field(
         default=True,
         validation_alias="fsyncEnabled",
         serialization_alias="fsyncEnabled",
         description="fsync segment and log files before a commit becomes visible.",
     )
+
+    @field_validator("subscription_key_shared_auto_split_range_size")
+    @classmethod
+    def _range_size_power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"must be a power of two (65536, 1024, 64, ...), got {value}")
+        return value
 
     @model_validator(mode="after")
     def _default_partitions_within_limit(self) -> BrokerConfig:

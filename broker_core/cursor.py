@@ -25,7 +25,12 @@ from typing import Any
 import numpy as np
 
 from broker_core.errors import ConsumerBusy, NotAllowedError
-from broker_core.key_shared import merge_regions, split_regions
+from broker_core.key_shared import (
+    DEFAULT_RANGE_SIZE,
+    auto_split_join,
+    auto_split_leave,
+    end_keys_from_regions,
+)
 from broker_core.ranges import RangeSet
 
 
@@ -180,6 +185,10 @@ class Cursor:
             self.sub_type = sub_type
             if key_shared is not None:
                 self.key_shared = dict(key_shared)
+        ends = None
+        if self._auto_split_ranges():
+            # raises ConsumerAssignException before anything below changes
+            ends = auto_split_join(self.auto_split_end_keys(), name, self.auto_split_range_size())
         entry = ConsumerEntry(
             name=name,
             join_order=self.next_join_order,
@@ -189,9 +198,8 @@ class Cursor:
         )
         self.next_join_order += 1
         self.consumers[name] = entry
-        if self._auto_split_ranges():
-            regions = [tuple(r) for r in self.key_shared.get("regions", [])]
-            self.key_shared["regions"] = [list(r) for r in split_regions(regions, name)]
+        if ends is not None:
+            self._store_end_keys(ends)
         return entry
 
     def _auto_split_ranges(self) -> bool:
@@ -201,6 +209,25 @@ class Cursor:
             and self.key_shared.get("mode", "AutoSplit") == "AutoSplit"
             and not self.key_shared.get("consistentHashing", False)
         )
+
+    def has_auto_split_layout(self) -> bool:
+        """Whether the document stores an auto-split layout (current ``autoSplitEndKeys`` or the
+        legacy ``regions`` of roots written before 4.x selectors, docs/PROTOCOL.md)."""
+        return "autoSplitEndKeys" in self.key_shared or "regions" in self.key_shared
+
+    def auto_split_range_size(self) -> int:
+        """The subscription's auto-split range size (legacy documents: 65536)."""
+        return int(self.key_shared.get("rangeSize", DEFAULT_RANGE_SIZE))
+
+    def auto_split_end_keys(self) -> list[tuple[int, str]]:
+        """The stored auto-split layout as ``(end key, consumer)`` pairs, legacy ``regions`` converted."""
+        if "autoSplitEndKeys" in self.key_shared:
+            return [(int(end), str(name)) for end, name in self.key_shared["autoSplitEndKeys"]]
+        return end_keys_from_regions(self.key_shared.get("regions", []))
+
+    def _store_end_keys(self, ends: list[tuple[int, str]]) -> None:
+        self.key_shared.pop("regions", None)  # a legacy layout is rewritten in the current form
+        self.key_shared["autoSplitEndKeys"] = [[end, name] for end, name in ends]
 
     def renew(self, name: str, *, now_ms: int, lease_ms: int) -> bool:
         """Extend a consumer's lease; False if it is no longer registered (it was expired)."""
@@ -213,9 +240,8 @@ class Cursor:
     def remove_consumer(self, name: str) -> None:
         """Unregister a consumer; its claims go back to the subscription, counted as redeliveries."""
         self.consumers.pop(name, None)
-        if self._auto_split_ranges() and "regions" in self.key_shared:
-            regions = [tuple(r) for r in self.key_shared["regions"]]
-            self.key_shared["regions"] = [list(r) for r in merge_regions(regions, name)]
+        if self._auto_split_ranges() and self.has_auto_split_layout():
+            self._store_end_keys(auto_split_leave(self.auto_split_end_keys(), name, self.auto_split_range_size()))
         claims = self.claims.pop(name, None)
         if claims:
             self._count_redelivery(claims.offsets())

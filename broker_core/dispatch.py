@@ -61,12 +61,14 @@ def cursor_selector(cursor: Cursor, now_ms: int) -> tuple[Any, list[str]]:
     mode = KeySharedMode[cursor.key_shared.get("mode", "AutoSplit")]
     consistent = bool(cursor.key_shared.get("consistentHashing", False))
     selector: Any
-    if mode == KeySharedMode.AutoSplit and not consistent and "regions" in cursor.key_shared:
-        regions = [(int(s), int(e), str(n)) for s, e, n in cursor.key_shared["regions"]]
-        selector = AutoSplitHashRangeSelector.from_regions(consumers, regions)
+    range_size = cursor.auto_split_range_size()
+    if mode == KeySharedMode.AutoSplit and not consistent and cursor.has_auto_split_layout():
+        selector = AutoSplitHashRangeSelector.from_end_keys(
+            consumers, cursor.auto_split_end_keys(), range_size=range_size
+        )
     else:
         points = int(cursor.key_shared.get("replicaPoints", DEFAULT_POINTS_PER_CONSUMER))
-        selector = selector_for(mode, consistent, consumers, points_per_consumer=points)
+        selector = selector_for(mode, consistent, consumers, points_per_consumer=points, range_size=range_size)
     return selector, [c.name for c in consumers]
 
 

@@ -117,6 +117,10 @@ class ConsumerBusy(PulsarException):
     """The subscription refuses this consumer (for example, Exclusive with a live consumer)."""
 
 
+class ConsumerAssignException(ConsumerBusy):
+    """A Key_Shared AUTO_SPLIT hash-range subscription has no range left to split for a new consumer."""
+
+
 class NotAllowedError(PulsarException):
     """The operation is not allowed in this state or on this kind of topic."""
 
@@ -214,6 +218,7 @@ __all__ = [
     "AlreadyExists",
     "BrokerPersistenceError",
     "CommitConflict",
+    "ConsumerAssignException",
     "ConsumerBusy",
     "CumulativeAcknowledgementNotAllowedError",
     "DataLoss",

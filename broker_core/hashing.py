@@ -116,17 +116,47 @@ def murmur3_32_hash(key: str | bytes) -> int:
 
 
 def sticky_key_hash(ordering_key: bytes | str | None, key: str | None) -> int:
-    """The Key_Shared sticky-key hash of one message.
+    """The 31-bit murmur3 of one message's sticky key (what the ``sticky_key_hash`` column stores).
 
     The broker hashes the ordering key when the message has one, else the (partition) key, else the
-    fixed bytes ``NONE_KEY``.  Empty values count as absent, because the Python client does not
-    set an empty key or ordering key on the message at all.
+    fixed bytes ``NONE_KEY``.  Empty values count as absent, because the Python client (like the
+    official ``pulsar-client``) never sets an empty key or ordering key on a message (DECISIONS).
+    Each Key_Shared selector reduces this value to its own range: ``consistent_sticky_hash`` or
+    ``range_sticky_hash``.
     """
     if ordering_key:
         return murmur3_32_hash(_as_bytes(ordering_key, "ordering_key"))
     if key:
         return murmur3_32_hash(_as_bytes(key, "key"))
     return murmur3_32_hash(_NONE_KEY)
+
+
+# Pulsar 4.x reduces the 31-bit murmur of the sticky key to the selector's hash range.
+CONSISTENT_HASH_MAX = 65535
+"""Consistent hashing's sticky hashes (and ring points) are ``1 .. 65535``."""
+RANGE_HASH_SLOTS = 65536
+"""The hash-range selectors' sticky hashes are ``h % 65536`` with 0 moved to 1, so ``1 .. 65535``."""
+
+
+def consistent_sticky_hash(murmur31: int) -> int:
+    """The consistent-hashing selector's sticky hash of a 31-bit murmur: ``h % 65535 + 1``."""
+    return (int(murmur31) & _INT31_MASK) % CONSISTENT_HASH_MAX + 1
+
+
+def range_sticky_hash(murmur31: int) -> int:
+    """The auto-split and sticky selectors' sticky hash of a 31-bit murmur: ``h % 65536``, 0 -> 1."""
+    return (int(murmur31) & _INT31_MASK) % RANGE_HASH_SLOTS or 1
+
+
+def consistent_sticky_hashes(murmur31: np.ndarray) -> np.ndarray:
+    """``consistent_sticky_hash`` of a whole int array (any 32-bit representation), as int64."""
+    return (np.asarray(murmur31).astype(np.int64) & _INT31_MASK) % CONSISTENT_HASH_MAX + 1
+
+
+def range_sticky_hashes(murmur31: np.ndarray) -> np.ndarray:
+    """``range_sticky_hash`` of a whole int array (any 32-bit representation), as int64."""
+    slots = (np.asarray(murmur31).astype(np.int64) & _INT31_MASK) % RANGE_HASH_SLOTS
+    return np.where(slots == 0, 1, slots)
 
 
 # --- Arrow plumbing ---------------------------------------------------------------------------------
@@ -393,13 +423,19 @@ def hash_keys(keys: ArrayLike, scheme: HashingScheme | int | str) -> pa.Array:
 
 
 __all__ = [
+    "CONSISTENT_HASH_MAX",
+    "RANGE_HASH_SLOTS",
     "HashingScheme",
+    "consistent_sticky_hash",
+    "consistent_sticky_hashes",
     "hash_keys",
     "java_string_hash",
     "java_string_hash_array",
     "murmur3_32_hash",
     "murmur3_32_hash_array",
     "murmur3_32_unsigned",
+    "range_sticky_hash",
+    "range_sticky_hashes",
     "sticky_key_hash",
     "sticky_key_hash_array",
 ]

@@ -14,7 +14,7 @@ import numpy as np
 from broker_core.broker import Broker
 from broker_core.cursor import ConsumerType
 from broker_core.cursor_store import list_subscriptions
-from broker_core.dispatch import HASH_SLOTS, claim_owners, cursor_selector
+from broker_core.dispatch import claim_owners, cursor_selector
 from broker_core.naming import TopicName
 from broker_core.producer_registry import ProducerRegistry
 
@@ -46,6 +46,7 @@ def subscription_stats(broker: Broker, topic: TopicName, subscription: str, *, n
                 index = index[index < len(read_offsets)]
                 hashes = table.column("sticky_key_hash").to_numpy(zero_copy_only=False)[index].astype(np.int64)
                 owners_now = selector.owner_of_hashes(hashes)
+                sticky = selector.sticky_hashes(hashes)  # draining hashes in the selector's own range
                 claimers, claim_names = claim_owners(cursor, read_offsets[index])
                 for row, claimer in enumerate(claimers.tolist()):
                     if claimer < 0:
@@ -53,7 +54,7 @@ def subscription_stats(broker: Broker, topic: TopicName, subscription: str, *, n
                     name = claim_names[claimer]
                     owner = names[owners_now[row]] if owners_now[row] >= 0 else None
                     if owner != name:
-                        draining.setdefault(name, []).append(int(hashes[row] % HASH_SLOTS))
+                        draining.setdefault(name, []).append(int(sticky[row]))
     for name, entry in sorted(live.items(), key=lambda kv: kv[1].join_order):
         claims = cursor.claims.get(name)
         consumers.append({

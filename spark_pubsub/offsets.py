@@ -120,6 +120,7 @@ class PartitionPlanner:
                               "consistentHashing": self.broker.config.subscription_key_shared_use_consistent_hashing,
                               "replicaPoints":
                                   self.broker.config.subscription_key_shared_consistent_hashing_replica_points,
+                              "rangeSize": self.broker.config.subscription_key_shared_auto_split_range_size,
                               "stickyRanges": [list(r) for r in opts.sticky_range_list]}
             assert opts.subscription is not None
             part = SubscriptionPart(

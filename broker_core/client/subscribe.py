@@ -200,6 +200,7 @@ def subscribe(
             "allowOutOfOrder": policy.allow_out_of_order_delivery,
             "consistentHashing": client._broker.config.subscription_key_shared_use_consistent_hashing,
             "replicaPoints": client._broker.config.subscription_key_shared_consistent_hashing_replica_points,
+            "rangeSize": client._broker.config.subscription_key_shared_auto_split_range_size,
             "stickyRanges": [list(r) for r in policy.sticky_ranges],
         }
     name = consumer_name or f"consumer-{uuid.uuid4().hex[:10]}"

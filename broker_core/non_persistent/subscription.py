@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING
 from broker_core.cursor import ConsumerType
 from broker_core.errors import ConsumerBusy
 from broker_core.failover import FailoverConsumer, active_consumer
-from broker_core.key_shared import KeySharedConsumer, KeySharedMode, KeySharedSelector, selector_for
+from broker_core.key_shared import (
+    DEFAULT_RANGE_SIZE,
+    KeySharedConsumer,
+    KeySharedMode,
+    KeySharedSelector,
+    selector_for,
+)
 from broker_core.message import Message
 from broker_core.non_persistent.receiver import Receiver
 
@@ -48,6 +54,7 @@ class NonPersistentSubscription:
         key_shared_mode: KeySharedMode,
         consistent_hashing: bool,
         points_per_consumer: int,
+        range_size: int = DEFAULT_RANGE_SIZE,
     ) -> None:
         self.topic = topic
         self.name = name
@@ -55,6 +62,7 @@ class NonPersistentSubscription:
         self.key_shared_mode = key_shared_mode
         self._consistent = consistent_hashing
         self._points = points_per_consumer
+        self._range_size = range_size
         self.members: dict[str, _Member] = {}
         self._next_join = 0
         self._selector: KeySharedSelector | None = None
@@ -105,7 +113,7 @@ class NonPersistentSubscription:
             joining = KeySharedConsumer(consumer_name, member.join_order, sticky_ranges)
             if self._selector is None:
                 self._selector = selector_for(self.key_shared_mode, self._consistent, [joining],
-                                              points_per_consumer=self._points)
+                                              points_per_consumer=self._points, range_size=self._range_size)
             else:
                 self._selector.add(joining)  # refuses (ConsumerBusy) without changing anything
         self._next_join += 1

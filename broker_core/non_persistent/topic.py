@@ -18,7 +18,7 @@ from typing import Any
 from broker_core.cursor import ConsumerType
 from broker_core.errors import ConsumerBusy, InvalidConfiguration, ProducerBusy, ProducerFenced
 from broker_core.hashing import sticky_key_hash
-from broker_core.key_shared import DEFAULT_POINTS_PER_CONSUMER, KeySharedMode
+from broker_core.key_shared import DEFAULT_POINTS_PER_CONSUMER, DEFAULT_RANGE_SIZE, KeySharedMode
 from broker_core.message import Message
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
@@ -177,6 +177,7 @@ class NonPersistentTopic:
         key_shared_mode: KeySharedMode = KeySharedMode.AutoSplit,
         consistent_hashing: bool = False,
         points_per_consumer: int = DEFAULT_POINTS_PER_CONSUMER,
+        range_size: int = DEFAULT_RANGE_SIZE,
         sticky_ranges: Iterable[tuple[int, int]] = (),
     ) -> None:
         """Connect a consumer to ``subscription`` (created if it has no consumers yet).
@@ -192,6 +193,7 @@ class NonPersistentTopic:
                 sub = NonPersistentSubscription(
                     self, subscription, sub_type, key_shared_mode=key_shared_mode,
                     consistent_hashing=consistent_hashing, points_per_consumer=points_per_consumer,
+                    range_size=range_size,
                 )
             sub.join(consumer_name, sub_type, receiver, priority_level=priority_level,
                      key_shared_mode=key_shared_mode, sticky_ranges=tuple(tuple(r) for r in sticky_ranges))  # type: ignore[misc]

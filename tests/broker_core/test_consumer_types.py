@@ -31,7 +31,6 @@ from broker_core.clock import ManualClock
 from broker_core.failover import FailoverConsumer, active_consumer
 from broker_core.hashing import sticky_key_hash
 from broker_core.key_shared import (
-    AutoSplitHashRangeSelector,
     ConsistentHashingSelector,
     KeySharedConsumer,
 )
@@ -348,7 +347,7 @@ def keys_split(owner_of: Any, count: int = 40) -> tuple[list[str], list[str]]:
 def test_key_shared_join_mid_stream_keeps_per_key_order_and_single_owner(tmp_path: Path) -> None:
     client = make_client(tmp_path)
     a = subscribe(client, ConsumerType.KeyShared, "a")
-    selector = AutoSplitHashRangeSelector([KeySharedConsumer("a", 0), KeySharedConsumer("b", 1)])
+    selector = ConsistentHashingSelector([KeySharedConsumer("a", 0), KeySharedConsumer("b", 1)])  # 4.x default
     keys_a, keys_b = keys_split(lambda k: selector.owner(sticky_key_hash(None, k)))
     keys = keys_a + keys_b
     producer = client.create_producer("t")
@@ -444,7 +443,7 @@ def test_key_shared_leaving_consumer_hands_its_keys_over_in_order(tmp_path: Path
     client = make_client(tmp_path)
     a = subscribe(client, ConsumerType.KeyShared, "a")
     b = subscribe(client, ConsumerType.KeyShared, "b")
-    selector = AutoSplitHashRangeSelector([KeySharedConsumer("a", 0), KeySharedConsumer("b", 1)])
+    selector = ConsistentHashingSelector([KeySharedConsumer("a", 0), KeySharedConsumer("b", 1)])  # 4.x default
     keys_a, keys_b = keys_split(lambda k: selector.owner(sticky_key_hash(None, k)))
     producer = client.create_producer("t")
     for seq in range(3):
@@ -493,7 +492,7 @@ def test_key_shared_out_of_order_delivery_does_not_wait(tmp_path: Path) -> None:
     client = make_client(tmp_path)
     policy = ConsumerKeySharedPolicy(allow_out_of_order_delivery=True)
     a = subscribe(client, ConsumerType.KeyShared, "a", key_shared_policy=policy)
-    selector = AutoSplitHashRangeSelector([KeySharedConsumer("a", 0), KeySharedConsumer("b", 1)])
+    selector = ConsistentHashingSelector([KeySharedConsumer("a", 0), KeySharedConsumer("b", 1)])  # 4.x default
     keys_a, keys_b = keys_split(lambda k: selector.owner(sticky_key_hash(None, k)))
     producer = client.create_producer("t")
     for key in keys_a + keys_b:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_core.cursor import ConsumerEntry, ConsumerType, Cursor, new_cursor
-from broker_core.errors import ConsumerBusy, NotAllowedError
+from broker_core.errors import ConsumerAssignException, ConsumerBusy, NotAllowedError
 from broker_core.ranges import RangeSet
 
 LEASE = 1000
@@ -180,16 +180,49 @@ def test_auto_split_layout_follows_the_join_and_leave_history() -> None:
     policy = {"mode": "AutoSplit"}
     for name in ("a", "b", "c"):
         cursor.add_consumer(name, ConsumerType.KeyShared, now_ms=0, lease_ms=LEASE, key_shared=policy)
-    assert cursor.key_shared["regions"] == [[0, 16383, "c"], [16384, 32767, "b"], [32768, 65535, "a"]]
-    cursor.remove_consumer("b")
-    assert cursor.key_shared["regions"] == [[0, 16383, "c"], [16384, 65535, "a"]]
+    # a: end key 65536; b splits it at 65536 - (65536 >> 1); c splits the lower of two equal ranges
+    assert cursor.key_shared["autoSplitEndKeys"] == [[16384, "c"], [32768, "b"], [65536, "a"]]
+    cursor.remove_consumer("b")  # not the top range: its slots join a's range above
+    assert cursor.key_shared["autoSplitEndKeys"] == [[16384, "c"], [65536, "a"]]
+    cursor.remove_consumer("a")  # the top range: c, below it, takes over end key 65536
+    assert cursor.key_shared["autoSplitEndKeys"] == [[65536, "c"]]
     again = Cursor.from_json(json.loads(json.dumps(cursor.to_json())))
-    assert again.key_shared["regions"] == cursor.key_shared["regions"]
+    assert again.key_shared["autoSplitEndKeys"] == cursor.key_shared["autoSplitEndKeys"]
     # consistent hashing and STICKY keep no layout
     ring = new_cursor("sub", ConsumerType.KeyShared, 0)
     ring.add_consumer("a", ConsumerType.KeyShared, now_ms=0, lease_ms=LEASE,
                       key_shared={"mode": "AutoSplit", "consistentHashing": True})
-    assert "regions" not in ring.key_shared
+    assert "autoSplitEndKeys" not in ring.key_shared and "regions" not in ring.key_shared
+
+
+def test_auto_split_range_size_is_kept_with_the_subscription() -> None:
+    cursor = new_cursor("sub", ConsumerType.KeyShared, 0)
+    policy = {"mode": "AutoSplit", "consistentHashing": False, "rangeSize": 4}
+    for name in ("a", "b", "c", "d"):
+        cursor.add_consumer(name, ConsumerType.KeyShared, now_ms=0, lease_ms=LEASE, key_shared=policy)
+    # 4 slots: a 4; b 4 - 2 = 2; c splits (0, 2] at 2 - 1 = 1; d splits (2, 4] at 4 - 1 = 3
+    assert cursor.key_shared["autoSplitEndKeys"] == [[1, "c"], [2, "b"], [3, "d"], [4, "a"]]
+    before = cursor.to_json()
+    with pytest.raises(ConsumerAssignException, match="'e' cannot join"):  # every range is one slot
+        cursor.add_consumer("e", ConsumerType.KeyShared, now_ms=0, lease_ms=LEASE, key_shared=policy)
+    assert cursor.to_json() == before  # refused before anything changed
+
+
+def test_legacy_regions_layout_is_read_and_rewritten_as_end_keys() -> None:
+    """A cursor written before the 4.x selectors stores inclusive ``regions``; [s, e] is end key e + 1."""
+    doc = {
+        "subscription": "sub", "type": "KeyShared", "markDelete": 0,
+        "consumers": {n: {"joinOrder": i, "leaseExpiresMs": 10**12} for i, n in enumerate("abc")},
+        "nextJoinOrder": 3,
+        "keyShared": {"mode": "AutoSplit", "consistentHashing": False,
+                      "regions": [[0, 16383, "c"], [16384, 32767, "b"], [32768, 65535, "a"]]},
+    }
+    cursor = Cursor.from_json(doc)
+    assert cursor.auto_split_range_size() == 65536
+    assert cursor.auto_split_end_keys() == [(16384, "c"), (32768, "b"), (65536, "a")]
+    cursor.remove_consumer("b")
+    assert "regions" not in cursor.key_shared
+    assert cursor.key_shared["autoSplitEndKeys"] == [[16384, "c"], [65536, "a"]]
 
 
 def test_join_order_and_priority_are_recorded() -> None:

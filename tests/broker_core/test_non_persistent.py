@@ -58,7 +58,7 @@ from broker_core.client.non_persistent import (
     NonPersistentProducer,
     NonPersistentReader,
 )
-from broker_core.hashing import sticky_key_hash
+from broker_core.hashing import range_sticky_hash, sticky_key_hash
 from broker_core.key_shared import AutoSplitHashRangeSelector, ConsistentHashingSelector, KeySharedConsumer
 from broker_core.non_persistent import NON_PERSISTENT_LEDGER_ID, NonPersistentTopic, registry_for
 
@@ -322,7 +322,8 @@ def _owners(consumers: dict[str, Any]) -> dict[str, str]:
     return owners
 
 
-def test_key_shared_auto_split_sends_each_key_to_its_range_owner(client: Client) -> None:
+def test_key_shared_auto_split_sends_each_key_to_its_range_owner(tmp_path: Path) -> None:
+    client = Client(str(tmp_path), broker_config=BrokerConfig(subscription_key_shared_use_consistent_hashing=False))
     names = ["k1", "k2", "k3"]
     consumers = {n: client.subscribe(NP + "ks", "sub", consumer_type=ConsumerType.KeyShared, consumer_name=n)
                  for n in names}
@@ -338,6 +339,7 @@ def test_key_shared_auto_split_sends_each_key_to_its_range_owner(client: Client)
     selector.remove("k2")
     _keyed(producer, keys, rounds=1)
     assert _owners(consumers) == {k: selector.owner(sticky_key_hash(None, k)) for k in keys}
+    client.close()
 
 
 def test_key_shared_sticky_ranges_and_unowned_hashes(client: Client) -> None:
@@ -352,7 +354,7 @@ def test_key_shared_sticky_ranges_and_unowned_hashes(client: Client) -> None:
     producer = client.create_producer(NP + "sticky")
     keys = [f"key-{i}" for i in range(40)]
     _keyed(producer, keys, rounds=1)
-    owned = [k for k in keys if sticky_key_hash(None, k) % 65536 <= 32767]
+    owned = [k for k in keys if range_sticky_hash(sticky_key_hash(None, k)) <= 32767]
     assert sorted(_owners({"low": low})) == sorted(owned)
     assert _stats(client, NP + "sticky")["subscriptions"]["sub"]["msgDropCount"] == len(keys) - len(owned)
 
@@ -367,7 +369,7 @@ def test_key_shared_consistent_hashing_follows_the_broker_setting(tmp_path: Path
     # the consumer's client has another configuration, yet shares the root's topics
     config = BrokerConfig(subscription_key_shared_use_consistent_hashing=True)
     ring = Client(str(tmp_path), broker_config=config)
-    plain = Client(str(tmp_path))
+    plain = Client(str(tmp_path), broker_config=BrokerConfig(subscription_key_shared_use_consistent_hashing=False))
     try:
         names = ["c1", "c2"]
         consumers = {

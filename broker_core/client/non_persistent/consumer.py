@@ -130,6 +130,7 @@ class NonPersistentConsumer(ConsumerBase):
             priority_level=self._priority, key_shared_mode=self._ks_mode,
             consistent_hashing=self._ks_consistent,
             points_per_consumer=config.subscription_key_shared_consistent_hashing_replica_points,
+            range_size=config.subscription_key_shared_auto_split_range_size,
             sticky_ranges=self._ks_ranges,
         )
         self._topics.append(np_topic)
