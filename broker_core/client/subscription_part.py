@@ -161,7 +161,8 @@ class SubscriptionPart:
             return True
         live = cursor.live_consumers(now_ms)
         consumers = [FailoverConsumer(c.name, c.priority_level, c.join_order) for c in live.values()]
-        chosen = active_consumer(consumers, partition_index=max(self.partition, 0), partitioned=self.partition >= 0)
+        chosen = active_consumer(consumers, partition_index=max(self.partition, 0), partitioned=self.partition >= 0,
+                                  topic_name=str(self.name))
         return chosen == self.consumer_name
 
     def window(self, start: int, end: int) -> tuple[Window, pa.Table, np.ndarray]:

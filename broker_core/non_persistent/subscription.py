@@ -142,6 +142,7 @@ class NonPersistentSubscription:
                 [FailoverConsumer(m.name, m.priority_level, m.join_order) for m in members],
                 partition_index=max(self.topic.partition, 0),
                 partitioned=self.topic.partition >= 0,
+                topic_name=str(self.topic.name),
             )
             self._active = self.members.get(name) if name is not None else None
 

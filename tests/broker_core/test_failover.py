@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import mmh3
 import pytest
 from consumer_helpers import crash, drain
 from hypothesis import given
@@ -42,25 +43,56 @@ def test_seed_nine_partitions_three_consumers() -> None:
     assert assignment(consumers, 9) == ["Consumer A", "Consumer B", "Consumer C"] * 3
 
 
-def test_seed_non_partitioned_goes_to_first_subscriber() -> None:
-    consumers = same_priority("Consumer A", "Consumer B")
-    assert active_consumer(consumers, partition_index=0, partitioned=False) == "Consumer A"
-    assert active_consumer(consumers[1:], partition_index=0, partitioned=False) == "Consumer B"
+def mmh31(text: str) -> int:
+    return mmh3.hash(text.encode(), 0, signed=False) & 0x7FFFFFFF
+
+
+def ring_reference(names: list[str], topic: str) -> str:
+    """The 4.x rule written out independently: sorted names mark murmur(name + j), j < 100, a later
+    name overwriting a collision; the topic goes to the first point at or above murmur(topic)."""
+    ring: dict[int, str] = {}
+    for name in sorted(names):
+        for j in range(100):
+            ring[mmh31(f"{name}{j}")] = name
+    above = [p for p in sorted(ring) if p >= mmh31(topic)]
+    return ring[above[0] if above else min(ring)]
+
+
+def test_pulsar_worked_example_four_partitions() -> None:
+    assert assignment(same_priority("1", "2"), 4) == ["1", "2", "1", "2"]
+    assert assignment(same_priority("1", "2", "3"), 4) == ["1", "2", "3", "1"]
+
+
+def test_non_partitioned_topic_follows_the_name_ring() -> None:
+    topic = "persistent://public/default/t"
+    for names in (["Consumer A", "Consumer B"], ["first", "second", "third"], ["c1", "c2", "c3"], ["solo"]):
+        expected = ring_reference(names, topic)
+        assert active_consumer(same_priority(*names), partition_index=0, partitioned=False,
+                               topic_name=topic) == expected
+    # different topics spread over the same consumers (the seeds' "multiple non-partitioned topics")
+    chosen = {active_consumer(same_priority("a", "b"), partition_index=0, partitioned=False,
+                              topic_name=f"persistent://public/default/t{i}") for i in range(20)}
+    assert chosen == {"a", "b"}
+
+
+@given(st.lists(st.text("abcdef", min_size=1, max_size=3), min_size=1, max_size=5, unique=True),
+       st.text("xyz/:", min_size=1, max_size=12))
+def test_non_partitioned_matches_the_rule(names: list[str], topic: str) -> None:
+    active = active_consumer(same_priority(*names), partition_index=0, partitioned=False, topic_name=topic)
+    assert active == ring_reference(names, topic)
 
 
 def test_partitioned_orders_by_name_not_by_join_order() -> None:
     consumers = same_priority("c", "a", "b")
     assert assignment(consumers, 3) == ["a", "b", "c"]
-    assert active_consumer(consumers, partition_index=-1, partitioned=False) == "c"
 
 
 def test_lower_priority_level_wins() -> None:
     consumers = [FailoverConsumer("a", 1, 0), FailoverConsumer("b", 1, 1), FailoverConsumer("z", 0, 2)]
     assert assignment(consumers, 4) == ["z"] * 4
-    assert active_consumer(consumers, partition_index=0, partitioned=False) == "z"
+    assert active_consumer(consumers, partition_index=0, partitioned=False, topic_name="t") == "z"
     more = [*consumers, FailoverConsumer("y", 0, 3)]
     assert assignment(more, 4) == ["y", "z", "y", "z"]
-    assert active_consumer(more, partition_index=0, partitioned=False) == "z"
 
 
 def test_no_consumer_no_active() -> None:
@@ -77,6 +109,8 @@ def test_validation() -> None:
         FailoverConsumer("a", 0, None)  # type: ignore[arg-type]
     with pytest.raises(InvalidConfiguration, match="non-empty str"):
         FailoverConsumer("", 0, 0)
+    with pytest.raises(InvalidConfiguration, match="topic_name"):
+        active_consumer(same_priority("a"), partition_index=0, partitioned=False, topic_name=None)  # type: ignore[arg-type]
     with pytest.raises(InvalidConfiguration, match="expected FailoverConsumer"):
         active_consumer(["a"], partition_index=0, partitioned=True)  # type: ignore[list-item]
 
@@ -105,9 +139,9 @@ def test_one_active_per_partition_spread_evenly_and_order_independent(
     shuffled = list(consumers)
     rnd.shuffle(shuffled)  # type: ignore[attr-defined]
     assert assignment(shuffled, partitions) == active
-    single = active_consumer(consumers, partition_index=0, partitioned=False)
-    assert single == active_consumer(shuffled, partition_index=0, partitioned=False)
-    assert single == min((c for c in consumers if c.name in candidates), key=lambda c: c.join_order).name
+    single = active_consumer(consumers, partition_index=0, partitioned=False, topic_name="t")
+    assert single == active_consumer(shuffled, partition_index=0, partitioned=False, topic_name="t")
+    assert single in candidates
 
 
 # -- a switch hands the old active consumer's unacked messages over: one redelivery per switch ---------------
@@ -142,7 +176,8 @@ def send(client: Client, *values: str) -> None:
 
 def test_switch_on_close_counts_one_redelivery_per_switch(tmp_path: Path) -> None:
     client = make_client(tmp_path)
-    first, second, third = (failover(client, name) for name in ("first", "second", "third"))
+    # on topic t the name ring makes "third" active, then "second" once it left, then "first"
+    third, second, first = (failover(client, name) for name in ("first", "second", "third"))
     send(client, "0", "1", "2")
     assert receive(first, 3) == [("0", 0), ("1", 0), ("2", 0)]  # received, never acknowledged
     first.close()
@@ -157,14 +192,15 @@ def test_switch_on_close_counts_one_redelivery_per_switch(tmp_path: Path) -> Non
 def test_switch_on_lease_expiry_counts_one_redelivery_per_switch(tmp_path: Path) -> None:
     clock = ManualClock(EPOCH_MS)
     client = make_client(tmp_path, clock, consumer_lease_ms=300)
-    first, second = failover(client, "first"), failover(client, "second")
+    # on topic t the name ring prefers "second" over "first", and "first" over "y"
+    first, second = failover(client, "second"), failover(client, "first")
     send(client, "0", "1", "2")
     assert receive(first, 3) == [("0", 0), ("1", 0), ("2", 0)]
     crash(first)  # stops renewing, holding all three unacknowledged
     clock.advance(1_000)
     assert receive(second, 3) == [("0", 1), ("1", 1), ("2", 1)]
     # a third consumer joins only now, so that moving the clock expires nobody but the crashed one
-    third = failover(client, "third")
+    third = failover(client, "y")
     crash(second)
     clock.advance(1_000)
     assert receive(third, 3) == [("0", 2), ("1", 2), ("2", 2)]

@@ -58,6 +58,7 @@ from broker_core.client.non_persistent import (
     NonPersistentProducer,
     NonPersistentReader,
 )
+from broker_core.failover import FailoverConsumer, active_consumer
 from broker_core.hashing import range_sticky_hash, sticky_key_hash
 from broker_core.key_shared import AutoSplitHashRangeSelector, ConsistentHashingSelector, KeySharedConsumer
 from broker_core.non_persistent import NON_PERSISTENT_LEDGER_ID, NonPersistentTopic, registry_for
@@ -234,16 +235,21 @@ def test_consumer_names_are_unique_per_subscription(client: Client) -> None:
         client.subscribe(NP + "names", "sub", consumer_type=ConsumerType.Shared, consumer_name="c")
 
 
-def test_failover_delivers_to_the_first_subscriber_then_fails_over(client: Client) -> None:
+def test_failover_delivers_to_the_ring_pick_then_fails_over(client: Client) -> None:
     failover = ConsumerType.Failover
-    first = client.subscribe(NP + "fo", "sub", consumer_type=failover, consumer_name="z-first")
-    standby = client.subscribe(NP + "fo", "sub", consumer_type=failover, consumer_name="a-second")
+    names = ["z-first", "a-second"]
+    pick = active_consumer([FailoverConsumer(n, 0, i) for i, n in enumerate(names)], partition_index=0,
+                           partitioned=False, topic_name=NP + "fo")
+    assert pick is not None
+    first = client.subscribe(NP + "fo", "sub", consumer_type=failover, consumer_name=pick)
+    standby = client.subscribe(NP + "fo", "sub", consumer_type=failover,
+                               consumer_name=next(n for n in names if n != pick))
     producer = client.create_producer(NP + "fo")
     producer.send(b"1")
     assert first.receive(WAIT_MS).data() == b"1"
     with pytest.raises(Timeout):
         standby.receive(QUIET_MS)
-    assert _stats(client, NP + "fo")["subscriptions"]["sub"]["activeConsumer"] == "z-first"
+    assert _stats(client, NP + "fo")["subscriptions"]["sub"]["activeConsumer"] == pick
     first.close()
     producer.send(b"2")
     assert standby.receive(WAIT_MS).data() == b"2"

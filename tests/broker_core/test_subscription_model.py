@@ -52,6 +52,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import hypothesis.strategies as st
+import mmh3
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -260,8 +261,13 @@ class SubscriptionModel(RuleBasedStateMachine):
         alive = [c for c in self.consumers.values() if c.lease_until > self.now]
         if not alive:
             return None
-        if self.partition < 0:  # non-partitioned: the earliest subscriber
-            return min(alive, key=lambda c: c.join_order).name
+        if self.partition < 0:  # non-partitioned: Pulsar 4.x's ring of name points vs the topic's hash
+            def murmur(text: str) -> int:
+                return mmh3.hash(text.encode(), 0, signed=False) & 0x7FFFFFFF
+
+            ring = {murmur(f"{name}{j}"): name for name in sorted(c.name for c in alive) for j in range(100)}
+            above = [p for p in sorted(ring) if p >= murmur("persistent://public/default/model")]
+            return ring[above[0] if above else min(ring)]
         ordered = sorted(c.name for c in alive)  # partition i: candidates by name, i mod count
         return ordered[self.partition % len(ordered)]
 
