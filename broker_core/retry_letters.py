@@ -16,12 +16,14 @@ from broker_core.broker import Broker
 from broker_core.bulk import append_partitioned, route_rows, to_segment_rows
 from broker_core.client.dead_letters import (
     DEFAULT_MAX_RECONSUME_TIMES,
-    DELAY_TIME,
-    ORIGIN_MESSAGE_ID,
     REAL_TOPIC,
-    RECONSUMETIMES,
+    LetterTopics,
+    letter_topics,
+    pulsar_id_string,
+    reconsume_properties,
 )
 from broker_core.errors import InvalidMessage
+from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 
 FAILED_COLUMNS = ("value", "key", "ordering_key", "properties", "topic", "message_id")
@@ -47,7 +49,8 @@ def retry_or_dead_letter(
     extra_properties: dict[str, str] | None = None,
     now_ms: int,
 ) -> RetryOutcome:
-    """Send failed messages to ``<origin>-<subscription>-RETRY`` (delayed) or ``-DLQ``.
+    """Send failed messages to the retry letter topic (delayed) or, past the limit, the dead letter
+    topic, named and stamped as the client's ``reconsume_later`` does (``client/dead_letters.py``).
 
     Args:
         failed: columns ``value``, ``topic`` (the internal topic it was read from), ``message_id``
@@ -62,21 +65,24 @@ def retry_or_dead_letter(
     topics = failed.column("topic").to_pylist()
     ids = failed.column("message_id").to_pylist()
     routes: dict[str, list[int]] = {}
+    retry_targets: set[str] = set()
+    names: dict[str, LetterTopics] = {}
     new_props: list[list[tuple[str, str]]] = []
     for i in range(failed.num_rows):
-        current = dict(props[i] or {})
-        origin = current.get(REAL_TOPIC) or _origin(topics[i])
-        times = int(current.get(RECONSUMETIMES, "0")) + 1
-        current.update(extra_properties or {})
-        current[REAL_TOPIC] = origin
-        current.setdefault(ORIGIN_MESSAGE_ID, ids[i])
+        original = dict(props[i] or {})
+        origin = original.get(REAL_TOPIC) or _origin(topics[i])
+        if origin not in names:  # the same naming as the client's consumer with retry enabled
+            names[origin] = letter_topics(broker, origin, subscription, None, retry_enabled=True)
+        current, times = reconsume_properties(
+            original, real_topic=origin, message_id=pulsar_id_string(MessageId.parse(str(ids[i]))),
+            delay_ms=delay_ms, custom=extra_properties,
+        )
         if times > max_reconsume_times:
-            target = f"{origin}-{subscription}-DLQ"
+            target = names[origin].dead_letter
             dead += 1
         else:
-            current[RECONSUMETIMES] = str(times)
-            current[DELAY_TIME] = str(delay_ms)
-            target = f"{origin}-{subscription}-RETRY"
+            target = names[origin].retry
+            retry_targets.add(target)
             retried += 1
         routes.setdefault(target, []).append(i)
         new_props.append(list(current.items()))
@@ -87,7 +93,7 @@ def retry_or_dead_letter(
     table = pa.table(columns).append_column("properties", pa.array(new_props, pa.map_(pa.string(), pa.string())))
     for target, rows in routes.items():
         part = table.take(pa.array(rows))
-        if target.endswith("-RETRY"):
+        if target in retry_targets and delay_ms > 0:
             part = part.append_column("deliver_at", pa.array([now_ms + delay_ms] * part.num_rows, pa.int64()))
         segment_rows, explicit = to_segment_rows(part, publish_time_ms=now_ms,
                                                  max_message_size=broker.config.max_message_size)

@@ -1,16 +1,22 @@
-"""Dead letter and retry letter topics, implemented by the consumer as in Pulsar.
+"""Dead letter and retry letter topics, implemented by the consumer as in Pulsar 4.x.
 
 A message redelivered ``max_redeliver_count`` times is, at its next redelivery, published to the
-dead letter topic (``<topic>-<subscription>-DLQ``) with ``REAL_TOPIC`` and ``ORIGIN_MESSAGE_ID``
-properties and acknowledged on the original subscription.  ``reconsume_later`` publishes to the
-retry letter topic (``<topic>-<subscription>-RETRY``) with a delivery delay and the
-``RECONSUMETIMES`` / ``DELAY_TIME`` bookkeeping; past the limit the message goes to the DLQ.
+dead letter topic with ``REAL_TOPIC`` and ``ORIGIN_MESSAGE_ID`` properties and acknowledged on the
+original subscription.  ``reconsume_later`` publishes to the retry letter topic with a delivery
+delay and the ``RECONSUMETIMES`` / ``DELAY_TIME`` bookkeeping (``reconsume_properties``); once
+``RECONSUMETIMES`` exceeds the limit the message goes to the dead letter topic instead, at once.
+
+Topic names (``letter_topics``, the one place that decides them, also for the Spark helpers): a
+policy's explicit names; else ``<topic>-<subscription>-RETRY`` / ``-DLQ``, except that with retry
+enabled the names of Pulsar before 2.8, ``<domain>://<tenant>/<namespace>/<subscription>-RETRY`` /
+``-DLQ``, are kept when those topics already exist (so their messages are not abandoned).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -18,22 +24,88 @@ from broker_core.client.policies import ConsumerDeadLetterPolicy
 from broker_core.client.subscription_part import SubscriptionPart
 from broker_core.errors import PulsarException
 from broker_core.message import Message
+from broker_core.message_id import MessageId
+from broker_core.naming import TopicName
 
 if TYPE_CHECKING:
+    from broker_core.broker import Broker
     from broker_core.client.client import Client
     from broker_core.client.producer import Producer
 
 REAL_TOPIC = "REAL_TOPIC"
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+ORIGIN_MESSAGE_IDY_TIME = "ORIGIN_MESSAGE_IDY_TIME"
+"""The misspelt key Pulsar's Java client still writes next to ``ORIGIN_MESSAGE_ID``."""
 RECONSUMETIMES = "RECONSUMETIMES"
 DELAY_TIME = "DELAY_TIME"
 DEFAULT_MAX_RECONSUME_TIMES = 16  # the Java client's default when retry is on without a policy
+RETRY_SUFFIX = "-RETRY"
+DLQ_SUFFIX = "-DLQ"
 
 
-def retry_topic_name(topic: str, subscription: str, policy: ConsumerDeadLetterPolicy | None) -> str:
-    if policy is not None and policy.retry_letter_topic:
-        return policy.retry_letter_topic
-    return f"{topic}-{subscription}-RETRY"
+@dataclass(frozen=True, slots=True)
+class LetterTopics:
+    """Where one topic's retried and dead-lettered messages of one subscription go."""
+
+    retry: str
+    dead_letter: str
+
+
+def _topic_exists(broker: Broker, name: str) -> bool:
+    topic = TopicName.parse(name)
+    return bool(broker.admin.partitioned_topic_metadata(topic)) or broker.admin.internal_topic_exists(topic)
+
+
+def letter_topics(
+    broker: Broker, topic: str, subscription: str, policy: ConsumerDeadLetterPolicy | None, *, retry_enabled: bool
+) -> LetterTopics:
+    """The retry and dead letter topics of ``topic`` (a partition counts as its partitioned topic)."""
+    origin = TopicName.parse(topic).partitioned_topic_name
+    retry = f"{origin}-{subscription}{RETRY_SUFFIX}"
+    dead = f"{origin}-{subscription}{DLQ_SUFFIX}"
+    explicit_retry = policy.retry_letter_topic if policy is not None else None
+    explicit_dead = policy.dead_letter_topic if policy is not None else None
+    if retry_enabled and not (explicit_retry and explicit_dead):
+        legacy = f"{origin.domain.value}://{origin.tenant}/{origin.namespace}/{subscription}"
+        if _topic_exists(broker, legacy + RETRY_SUFFIX):
+            retry = legacy + RETRY_SUFFIX
+        if _topic_exists(broker, legacy + DLQ_SUFFIX):
+            dead = legacy + DLQ_SUFFIX
+    return LetterTopics(retry=explicit_retry or retry, dead_letter=explicit_dead or dead)
+
+
+def pulsar_id_string(message_id: MessageId) -> str:
+    """Pulsar's ``MessageId.toString()``: ``ledger:entry:partition``, plus ``:batch`` inside a batch."""
+    base = f"{message_id.ledger_id()}:{message_id.entry_id()}:{message_id.partition()}"
+    return base if message_id.batch_index() < 0 else f"{base}:{message_id.batch_index()}"
+
+
+def reconsume_properties(
+    original: dict[str, str], *, real_topic: str, message_id: str, delay_ms: int, custom: dict[str, str] | None
+) -> tuple[dict[str, str], int]:
+    """The properties of a reconsumed copy and its ``RECONSUMETIMES``.
+
+    The original properties stay; ``REAL_TOPIC``, ``ORIGIN_MESSAGE_ID`` and the legacy
+    ``ORIGIN_MESSAGE_IDY_TIME`` are added when absent; the caller's properties override;
+    ``RECONSUMETIMES`` is the original's + 1 (1 when absent) and ``DELAY_TIME`` the delay in ms
+    (a negative delay counts as 0).
+    """
+    props = dict(original)
+    props.setdefault(REAL_TOPIC, real_topic)
+    props.setdefault(ORIGIN_MESSAGE_ID, message_id)
+    props.setdefault(ORIGIN_MESSAGE_IDY_TIME, message_id)
+    props.update(custom or {})
+    times = int(original.get(RECONSUMETIMES, "0")) + 1
+    props[RECONSUMETIMES] = str(times)
+    props[DELAY_TIME] = str(max(delay_ms, 0))
+    return props, times
+
+
+def retry_topic_name(
+    broker: Broker, topic: str, subscription: str, policy: ConsumerDeadLetterPolicy | None
+) -> str:
+    """The retry letter topic a retry-enabled consumer of ``topic`` also subscribes to."""
+    return letter_topics(broker, topic, subscription, policy, retry_enabled=True).retry
 
 
 class DeadLetters:
@@ -47,6 +119,7 @@ class DeadLetters:
         self._subscription = subscription
         self.retry_enabled = retry_enabled
         self._producers: dict[str, Producer] = {}
+        self._names: dict[str, LetterTopics] = {}
         self._lock = threading.Lock()
 
     @property
@@ -68,6 +141,16 @@ class DeadLetters:
     def _origin_topic(self, msg: Message, part: SubscriptionPart) -> str:
         return msg.properties().get(REAL_TOPIC) or str(part.name.partitioned_topic_name)
 
+    def _topics(self, origin: str) -> LetterTopics:
+        with self._lock:
+            topics = self._names.get(origin)
+        if topics is None:
+            topics = letter_topics(self._client._broker, origin, self._subscription, self._policy,
+                                   retry_enabled=self.retry_enabled)
+            with self._lock:
+                self._names[origin] = topics
+        return topics
+
     def _producer(self, topic: str, *, dead_letter: bool = False) -> Producer:
         with self._lock:
             producer = self._producers.get(topic)
@@ -79,13 +162,12 @@ class DeadLetters:
                 self._producers[topic] = producer
             return producer
 
-    def send_to_dlq(self, msg: Message, part: SubscriptionPart) -> None:
+    def send_to_dlq(self, msg: Message, part: SubscriptionPart, properties: dict[str, str] | None = None) -> None:
         origin = self._origin_topic(msg, part)
-        topic = (self._policy.dead_letter_topic if self._policy and self._policy.dead_letter_topic
-                 else f"{origin}-{self._subscription}-DLQ")
-        props = msg.properties()
+        topic = self._topics(origin).dead_letter
+        props = msg.properties() if properties is None else properties
         props.setdefault(REAL_TOPIC, origin)
-        props.setdefault(ORIGIN_MESSAGE_ID, msg.message_id().to_admin_string())
+        props.setdefault(ORIGIN_MESSAGE_ID, pulsar_id_string(msg.message_id()))
         producer = self._producer(topic, dead_letter=True)
         producer.send(msg._data, properties=props, partition_key=msg._key or None,
                       ordering_key=msg.ordering_key() or None)
@@ -94,21 +176,18 @@ class DeadLetters:
         self, msg: Message, part: SubscriptionPart, delay_ms: int, properties: dict[str, str] | None
     ) -> None:
         origin = self._origin_topic(msg, part)
-        props = msg.properties()
-        props.update(properties or {})
-        times = int(props.get(RECONSUMETIMES, "0")) + 1
+        props, times = reconsume_properties(
+            msg.properties(), real_topic=origin, message_id=pulsar_id_string(msg.message_id()),
+            delay_ms=delay_ms, custom=properties,
+        )
         limit = self.max_redeliver_count or DEFAULT_MAX_RECONSUME_TIMES
-        if times > limit:
-            self.send_to_dlq(msg, part)
+        if times > limit:  # past the limit: straight to the dead letter topic, no delay
+            self.send_to_dlq(msg, part, props)
             return
-        props[REAL_TOPIC] = origin
-        props.setdefault(ORIGIN_MESSAGE_ID, msg.message_id().to_admin_string())
-        props[RECONSUMETIMES] = str(times)
-        props[DELAY_TIME] = str(delay_ms)
-        topic = retry_topic_name(origin, self._subscription, self._policy)
-        self._producer(topic).send(msg._data, properties=props, partition_key=msg._key or None,
-                                   ordering_key=msg.ordering_key() or None,
-                                   deliver_after=timedelta(milliseconds=delay_ms))
+        producer = self._producer(self._topics(origin).retry)
+        deliver_after = timedelta(milliseconds=delay_ms) if delay_ms > 0 else None
+        producer.send(msg._data, properties=props, partition_key=msg._key or None,
+                      ordering_key=msg.ordering_key() or None, deliver_after=deliver_after)
 
     def close(self) -> None:
         with self._lock:
@@ -119,10 +198,16 @@ class DeadLetters:
 
 
 __all__ = [
+    "DEFAULT_MAX_RECONSUME_TIMES",
     "DELAY_TIME",
     "ORIGIN_MESSAGE_ID",
+    "ORIGIN_MESSAGE_IDY_TIME",
     "REAL_TOPIC",
     "RECONSUMETIMES",
     "DeadLetters",
+    "LetterTopics",
+    "letter_topics",
+    "pulsar_id_string",
+    "reconsume_properties",
     "retry_topic_name",
 ]

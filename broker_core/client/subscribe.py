@@ -230,7 +230,8 @@ def subscribe(
         )
     if retry_enable:
         topics = topics + [
-            TopicName.parse(retry_topic_name(str(t), subscription_name, dead_letter_policy)) for t in topics
+            TopicName.parse(retry_topic_name(client._broker, str(t), subscription_name, dead_letter_policy))
+            for t in topics
         ]
     parts: list[SubscriptionPart] = []
     try:

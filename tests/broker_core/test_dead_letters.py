@@ -18,8 +18,18 @@ from broker_core import (
     NotAllowedError,
     Timeout,
 )
-from broker_core.client.dead_letters import DELAY_TIME, ORIGIN_MESSAGE_ID, REAL_TOPIC, RECONSUMETIMES
+from broker_core.client.dead_letters import (
+    DELAY_TIME,
+    ORIGIN_MESSAGE_ID,
+    ORIGIN_MESSAGE_IDY_TIME,
+    REAL_TOPIC,
+    RECONSUMETIMES,
+    letter_topics,
+    pulsar_id_string,
+    reconsume_properties,
+)
 from broker_core.clock import ManualClock
+from broker_core.message_id import MessageId
 
 EPOCH_MS = 1_700_000_000_000
 WAIT_MS = 10_000
@@ -28,6 +38,12 @@ EARLIEST = InitialPosition.Earliest
 TOPIC = "persistent://public/default/t"
 DLQ = f"{TOPIC}-s-DLQ"
 RETRY = f"{TOPIC}-s-RETRY"
+
+
+def pulsar_form(message_id: MessageId) -> str:
+    """Pulsar's MessageId.toString() for a message outside a batch: ledger:entry:partition."""
+    assert message_id.batch_index() == -1
+    return f"{message_id.ledger_id()}:{message_id.entry_id()}:{message_id.partition()}"
 
 
 def make_client(root: Path, *, clock: ManualClock | None = None, **config: Any) -> Client:
@@ -88,7 +104,7 @@ def test_nacked_message_is_delivered_max_plus_one_times_then_dead_lettered(
     assert dead.data() == b"poison"
     props = dead.properties()
     assert props[REAL_TOPIC] == TOPIC
-    assert props[ORIGIN_MESSAGE_ID] == poison_id.to_admin_string()
+    assert props[ORIGIN_MESSAGE_ID] == pulsar_form(poison_id)
     assert props["p"] == "1"
     assert dead.partition_key() == "k"
     assert drain(dlq) == []
@@ -204,7 +220,7 @@ def test_retry_letter_topic_round_trip_then_dead_letter(tmp_path: Path) -> None:
         assert props[RECONSUMETIMES] == str(attempt)
         assert props[DELAY_TIME] == "1000"
         assert props[REAL_TOPIC] == TOPIC
-        assert props[ORIGIN_MESSAGE_ID] == origin_id.to_admin_string()
+        assert props[ORIGIN_MESSAGE_ID] == pulsar_form(origin_id)
         assert props["user"] == "u1" and props["attempt"] == str(attempt)
     consumer.reconsume_later(msg, 1_000)  # a third reconsume exceeds max_redeliver_count=2
     clock.advance(5_000)
@@ -213,7 +229,7 @@ def test_retry_letter_topic_round_trip_then_dead_letter(tmp_path: Path) -> None:
     dead = dlq.receive(WAIT_MS)
     assert dead.data() == b"job"
     assert dead.properties()[REAL_TOPIC] == TOPIC
-    assert dead.properties()[ORIGIN_MESSAGE_ID] == origin_id.to_admin_string()
+    assert dead.properties()[ORIGIN_MESSAGE_ID] == pulsar_form(origin_id)
     dlq.close()
     consumer.close()
     again = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, retry_enable=True,
@@ -275,4 +291,85 @@ def test_retry_without_a_policy_limits_negative_acks_too(tmp_path: Path) -> None
     dlq = client.subscribe(DLQ, "check", initial_position=EARLIEST)
     assert [m.data() for m in drain(dlq)] == [b"job"]
     dlq.close()
+    client.close()
+
+
+# -- Pulsar 4.x: reconsume properties and topic names ----------------------------------------------------
+
+
+def test_pulsar_message_id_string() -> None:
+    assert pulsar_id_string(MessageId(partition=-1, ledger_id=7, entry_id=3)) == "7:3:-1"
+    assert pulsar_id_string(MessageId(partition=2, ledger_id=7, entry_id=3, batch_index=4)) == "7:3:2:4"
+
+
+def test_reconsume_properties_first_time() -> None:
+    props, times = reconsume_properties({"user": "u1"}, real_topic=TOPIC, message_id="7:3:-1", delay_ms=1500,
+                                        custom={"attempt": "1"})
+    assert times == 1
+    assert props == {"user": "u1", REAL_TOPIC: TOPIC, ORIGIN_MESSAGE_ID: "7:3:-1",
+                     ORIGIN_MESSAGE_IDY_TIME: "7:3:-1", "attempt": "1", RECONSUMETIMES: "1", DELAY_TIME: "1500"}
+
+
+def test_reconsume_properties_keep_the_origin_and_count_up() -> None:
+    earlier = {REAL_TOPIC: "persistent://public/default/first", ORIGIN_MESSAGE_ID: "1:1:-1",
+               ORIGIN_MESSAGE_IDY_TIME: "1:1:-1", RECONSUMETIMES: "4", DELAY_TIME: "10", "k": "old"}
+    props, times = reconsume_properties(earlier, real_topic=TOPIC, message_id="9:9:-1", delay_ms=-20,
+                                        custom={"k": "new"})
+    assert times == 5
+    assert props[REAL_TOPIC] == "persistent://public/default/first"  # present: kept
+    assert props[ORIGIN_MESSAGE_ID] == props[ORIGIN_MESSAGE_IDY_TIME] == "1:1:-1"
+    assert props["k"] == "new"  # the caller's properties override
+    assert props[RECONSUMETIMES] == "5"
+    assert props[DELAY_TIME] == "0"  # a negative delay counts as none
+
+
+def test_reconsume_later_writes_the_legacy_origin_key_and_a_negative_delay_is_not_deferred(tmp_path: Path) -> None:
+    clock = ManualClock(EPOCH_MS)
+    client = make_client(tmp_path, clock=clock)
+    consumer = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
+                                retry_enable=True)
+    (origin_id,) = send(client, "t", b"job")
+    consumer.reconsume_later(consumer.receive(WAIT_MS), -5_000)
+    again = consumer.receive(WAIT_MS)  # due at once: the clock never moved
+    assert again.topic_name() == RETRY
+    props = again.properties()
+    assert props[ORIGIN_MESSAGE_IDY_TIME] == props[ORIGIN_MESSAGE_ID] == pulsar_form(origin_id)
+    assert (props[RECONSUMETIMES], props[DELAY_TIME]) == ("1", "0")
+    consumer.acknowledge(again)
+    consumer.close()
+    client.close()
+
+
+def test_default_letter_topic_names(tmp_path: Path) -> None:
+    client = make_client(tmp_path)
+    broker = client._broker
+    names = letter_topics(broker, f"{TOPIC}-partition-3", "s", None, retry_enabled=True)
+    assert (names.retry, names.dead_letter) == (RETRY, DLQ)  # the partitioned topic's name
+    policy = ConsumerDeadLetterPolicy(3, "my-dlq", retry_letter_topic="my-retry")
+    named = letter_topics(broker, TOPIC, "s", policy, retry_enabled=True)
+    assert (named.retry, named.dead_letter) == ("my-retry", "my-dlq")
+    client.close()
+
+
+def test_legacy_letter_topics_are_used_when_they_exist(tmp_path: Path) -> None:
+    client = make_client(tmp_path)
+    legacy_retry = "persistent://public/default/s-RETRY"
+    legacy_dlq = "persistent://public/default/s-DLQ"
+    send(client, legacy_retry, b"old")  # a retry topic left by Pulsar before 2.8's naming
+    names = letter_topics(client._broker, TOPIC, "s", None, retry_enabled=True)
+    assert (names.retry, names.dead_letter) == (legacy_retry, DLQ)
+    send(client, legacy_dlq, b"old")
+    assert letter_topics(client._broker, TOPIC, "s", None, retry_enabled=True).dead_letter == legacy_dlq
+    # without retry the legacy names are not looked for; explicit names always win
+    assert letter_topics(client._broker, TOPIC, "s", None, retry_enabled=False).dead_letter == DLQ
+    policy = ConsumerDeadLetterPolicy(3, retry_letter_topic="mine")
+    assert letter_topics(client._broker, TOPIC, "s", policy, retry_enabled=True) == type(names)("mine", legacy_dlq)
+    consumer = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
+                                retry_enable=True)
+    send(client, "t", b"job")
+    msg = consumer.receive(WAIT_MS)
+    consumer.reconsume_later(msg, 0)
+    values = sorted(m.data() for m in drain(consumer))
+    assert values == [b"job", b"old"]  # the consumer reads the legacy retry topic (old and new)
+    consumer.close()
     client.close()
