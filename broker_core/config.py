@@ -110,7 +110,7 @@ class BrokerConfig(BaseModel):
         default=False,
         validation_alias="isDelayedDeliveryDeliverAtTimeStrict",
         serialization_alias="isDelayedDeliveryDeliverAtTimeStrict",
-        description="Wake exactly at deliver-at times instead of on the next tick (never early either way).",
+        description="Deliver only once deliverAt <= now; off (Pulsar's default): once deliverAt <= now + tick.",
     )
     subscription_key_shared_use_consistent_hashing: bool = Field(
         default=True,
@@ -226,6 +226,12 @@ class BrokerConfig(BaseModel):
         serialization_alias="fsyncEnabled",
         description="fsync segment and log files before a commit becomes visible.",
     )
+
+    @property
+    def delayed_delivery_lookahead_ms(self) -> int:
+        """How early a delayed message may go out: Pulsar's non-strict mode delivers once
+        ``deliverAt <= now + tick``; strict mode (``isDelayedDeliveryDeliverAtTimeStrict``) never early."""
+        return 0 if self.is_delayed_delivery_deliver_at_time_strict else self.delayed_delivery_tick_time_millis
 
     @field_validator("subscription_key_shared_auto_split_range_size")
     @classmethod

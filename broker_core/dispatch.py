@@ -85,11 +85,12 @@ def claim_owners(cursor: Cursor, offsets: np.ndarray) -> tuple[np.ndarray, list[
     return owners, names
 
 
-def due_mask(window: Window, now_ms: int, *, delayed_enabled: bool) -> np.ndarray:
-    """Messages that may be delivered now: never before their deliver-at time."""
+def due_mask(window: Window, now_ms: int, *, delayed_enabled: bool, deliver_ahead_ms: int = 0) -> np.ndarray:
+    """Messages that may be delivered now: ``deliverAt <= now + deliver_ahead_ms`` (Pulsar's cutoff:
+    the tick in non-strict mode, 0 in strict mode); a message already due on arrival is never held."""
     if not delayed_enabled:
         return np.ones(len(window.offsets), dtype=bool)
-    return (window.deliver_at_ms < 0) | (window.deliver_at_ms <= now_ms)
+    return (window.deliver_at_ms < 0) | (window.deliver_at_ms <= now_ms + deliver_ahead_ms)
 
 
 def _whole(window: Window) -> np.ndarray:
@@ -107,11 +108,13 @@ def _with_chunks(window: Window, chosen: np.ndarray) -> np.ndarray:
     return out
 
 
-def shared_candidates(cursor: Cursor, window: Window, *, now_ms: int, delayed_enabled: bool, limit: int) -> np.ndarray:
+def shared_candidates(
+    cursor: Cursor, window: Window, *, now_ms: int, delayed_enabled: bool, limit: int, deliver_ahead_ms: int = 0
+) -> np.ndarray:
     """Offsets a Shared consumer may claim: unacked, unclaimed, due; oldest first."""
     owners, _ = claim_owners(cursor, window.offsets)
     free = ~cursor.is_acked(window.offsets) & (owners < 0) & ~window.continuation & _whole(window)
-    chosen = free & due_mask(window, now_ms, delayed_enabled=delayed_enabled)
+    chosen = free & due_mask(window, now_ms, delayed_enabled=delayed_enabled, deliver_ahead_ms=deliver_ahead_ms)
     chosen = _limit(chosen, limit)
     return window.offsets[_with_chunks(window, chosen)]
 
@@ -127,6 +130,7 @@ def key_shared_candidates(
     delayed_enabled: bool,
     allow_out_of_order: bool,
     limit: int,
+    deliver_ahead_ms: int = 0,
 ) -> np.ndarray:
     """Offsets a Key_Shared consumer may claim.
 
@@ -138,7 +142,7 @@ def key_shared_candidates(
     claim_owner, claim_names = claim_owners(cursor, window.offsets)
     my_claim = claim_names.index(consumer) if consumer in claim_names else -2
     acked = cursor.is_acked(window.offsets)
-    due = due_mask(window, now_ms, delayed_enabled=delayed_enabled)
+    due = due_mask(window, now_ms, delayed_enabled=delayed_enabled, deliver_ahead_ms=deliver_ahead_ms)
     claimed = claim_owner >= 0
     mine = hash_owner == me
     heads = ~window.continuation

@@ -290,7 +290,8 @@ class PartitionPlanner:
                 part = self._part(consumer, topic, display, index)
                 cap = target.get(display) if target is not None else None
                 offsets, cursor = part.claim(now_ms=now_ms, limit=limit, delayed_enabled=delayed,
-                                             max_offset=cap)
+                                             max_offset=cap,
+                                             deliver_ahead_ms=self.broker.config.delayed_delivery_lookahead_ms)
                 if not offsets:
                     continue
                 budget -= len(offsets)

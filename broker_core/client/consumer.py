@@ -95,6 +95,7 @@ class Consumer(ConsumerBase):
             if config.is_delayed_delivery_deliver_at_time_strict
             else min(config.delayed_delivery_tick_time_millis, 1000)
         )
+        self._deliver_ahead_ms = config.delayed_delivery_lookahead_ms  # Pulsar's non-strict tick cutoff
         self._poll_s = client._poll_ms / 1000
         self._ack_group_s = 0.1
         self._clock = client._clock
@@ -455,7 +456,8 @@ class Consumer(ConsumerBase):
             if self._seen.get(index) == marker:
                 continue
             if self._type in (ConsumerType.Shared, ConsumerType.KeyShared):
-                offsets, cursor = part.claim(now_ms=now_ms, limit=space, delayed_enabled=self._delayed)
+                offsets, cursor = part.claim(now_ms=now_ms, limit=space, delayed_enabled=self._delayed,
+                                             deliver_ahead_ms=self._deliver_ahead_ms)
                 drained = len(offsets) < space
             else:
                 offsets, drained, cursor = self._read_in_order(part, index, cursor, now_ms, space)

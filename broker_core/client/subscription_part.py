@@ -182,10 +182,11 @@ class SubscriptionPart:
         return window, table, offsets
 
     def claim(
-        self, *, now_ms: int, limit: int, delayed_enabled: bool, max_offset: int | None = None
+        self, *, now_ms: int, limit: int, delayed_enabled: bool, max_offset: int | None = None,
+        deliver_ahead_ms: int = 0,
     ) -> tuple[list[int], Cursor | None]:
         """Claim up to ``limit`` offsets (Shared / Key_Shared) below ``max_offset`` if given;
-        returns them and the new cursor."""
+        returns them and the new cursor.  Delayed messages count as due ``deliver_ahead_ms`` early."""
         _, cursor = self.store.load()
         if cursor is None:
             return [], None
@@ -238,12 +239,12 @@ class SubscriptionPart:
                 window = window_to(first, stop)
                 if owner_of is None:
                     chosen = shared_candidates(latest, window, now_ms=now_ms, delayed_enabled=delayed_enabled,
-                                               limit=limit)
+                                               limit=limit, deliver_ahead_ms=deliver_ahead_ms)
                 else:
                     chosen = key_shared_candidates(
                         latest, window, consumer=self.consumer_name, hash_owner=owner_of(window.hashes),
                         owner_names=names, now_ms=now_ms, delayed_enabled=delayed_enabled,
-                        allow_out_of_order=allow_out_of_order, limit=limit,
+                        allow_out_of_order=allow_out_of_order, limit=limit, deliver_ahead_ms=deliver_ahead_ms,
                     )
                 if len(chosen) >= limit or stop >= end:
                     break

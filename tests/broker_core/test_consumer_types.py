@@ -293,9 +293,9 @@ def test_shared_messages_of_a_killed_process_are_redelivered(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("kind", [ConsumerType.Shared, ConsumerType.KeyShared])
-def test_delayed_delivery_is_held_back_and_never_early(tmp_path: Path, kind: ConsumerType) -> None:
+def test_delayed_delivery_strict_is_held_back_and_never_early(tmp_path: Path, kind: ConsumerType) -> None:
     clock = ManualClock(EPOCH_MS)
-    client = make_client(tmp_path, clock=clock)
+    client = make_client(tmp_path, clock=clock, is_delayed_delivery_deliver_at_time_strict=True)
     delayed = subscribe(client, kind, "delayed", sub="d")
     exclusive = subscribe(client, ConsumerType.Exclusive, "ex", sub="e")
     producer = client.create_producer("t")
@@ -318,6 +318,28 @@ def test_delayed_delivery_is_held_back_and_never_early(tmp_path: Path, kind: Con
     delayed.acknowledge(msg)
     for consumer in (delayed, exclusive):
         consumer.close()
+    client.close()
+
+
+@pytest.mark.parametrize("kind", [ConsumerType.Shared, ConsumerType.KeyShared])
+def test_delayed_delivery_non_strict_is_due_one_tick_early(tmp_path: Path, kind: ConsumerType) -> None:
+    """Pulsar's default: a message is due once deliverAt <= now + delayedDeliveryTickTimeMillis."""
+    clock = ManualClock(EPOCH_MS)
+    client = make_client(tmp_path, clock=clock, delayed_delivery_tick_time_millis=1_000)
+    delayed = subscribe(client, kind, "delayed", sub="d")
+    producer = client.create_producer("t")
+    producer.send(b"later", deliver_at=EPOCH_MS + 10_000, partition_key="k")
+    producer.send(b"at", deliver_at=EPOCH_MS + 5_000, partition_key="j")
+    producer.send(b"within-a-tick", deliver_at=EPOCH_MS + 1_000, partition_key="m")
+    producer.close()
+    assert values(drain(delayed, ack=True)) == ["within-a-tick"]  # 1000 <= 0 + 1000: not held at all
+    clock.advance(3_999)  # 5000 <= 3999 + 1000 is false
+    assert drain(delayed) == []
+    clock.advance(1)  # 5000 <= 4000 + 1000
+    assert values(drain(delayed, ack=True)) == ["at"]
+    clock.advance(5_000)  # now 9000: 10000 <= 9000 + 1000
+    assert values(drain(delayed, ack=True)) == ["later"]
+    delayed.close()
     client.close()
 
 

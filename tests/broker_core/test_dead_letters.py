@@ -200,7 +200,7 @@ def test_reconsume_later_needs_retry_enabled(tmp_path: Path) -> None:
 
 def test_retry_letter_topic_round_trip_then_dead_letter(tmp_path: Path) -> None:
     clock = ManualClock(EPOCH_MS)
-    client = make_client(tmp_path, clock=clock)
+    client = make_client(tmp_path, clock=clock, is_delayed_delivery_deliver_at_time_strict=True)
     policy = ConsumerDeadLetterPolicy(max_redeliver_count=2)
     consumer = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, initial_position=EARLIEST,
                                 retry_enable=True, dead_letter_policy=policy)

@@ -109,6 +109,23 @@ def test_delayed_messages_are_never_early_and_due_exactly_at_deliver_at() -> Non
     assert due_mask(win, 0, delayed_enabled=False).all()
 
 
+def test_non_strict_delivery_looks_one_tick_ahead() -> None:
+    """Pulsar's cutoff: deliverAt <= now + tick (non-strict mode); tick 1000 here."""
+    cursor = cursor_for(["a"])
+    win = window(4, deliver_at=[-1, 1000, 999, 2000])
+
+    def ahead(now: int) -> list[int]:
+        return shared_candidates(cursor, win, now_ms=now, delayed_enabled=True, limit=100,
+                                 deliver_ahead_ms=1000).tolist()
+
+    assert ahead(-2) == [0]  # 999 <= -2 + 1000 is false
+    assert ahead(-1) == [0, 2]
+    assert ahead(0) == [0, 1, 2]
+    assert ahead(999) == [0, 1, 2]
+    assert ahead(1000) == [0, 1, 2, 3]
+    assert due_mask(win, 500, delayed_enabled=True, deliver_ahead_ms=1000).tolist() == [True, True, True, False]
+
+
 def test_chunk_continuations_are_claimed_only_with_their_head() -> None:
     cursor = cursor_for(["a"])
     # rows: 0 plain, 1-3 one chunked message, 4 plain, 5-6 another chunked message
