@@ -15,8 +15,8 @@ The quota is exceeded when the size is above its limit or the age is above its l
   timeout of 0 it waits as long as it takes.
 - ``producer_exception``: the send fails at once with ``ProducerBlockedQuotaExceededException``.
 - ``consumer_backlog_eviction``: the slowest subscriptions are moved forward (their messages are
-  acknowledged, as Pulsar's eviction skips them) until the backlog fits, then the send goes on.
-  ``enforce_backlog_quota`` does the same as a job.
+  acknowledged, as Pulsar's eviction skips them) by Pulsar 4.x's rules (``evict_partition``), then
+  the send goes on.  ``enforce_backlog_quota`` does the same as a job.
 
 Delayed messages count as backlog until they are delivered and acknowledged, so a long delay can
 trip the quota (seeds 3.3, "Work with backlog quota policy").  A producer checks before every
@@ -105,7 +105,7 @@ class BacklogEviction:
 
     topic: str
     before: BacklogStatus
-    target_offset: int | None
+    target_offset: int | None  # the furthest position a cursor was moved to (None: none moved)
     moved: tuple[tuple[str, int, int], ...]  # (subscription, from, to)
     dry_run: bool
     reason: str
@@ -185,16 +185,68 @@ def backlog_status(broker: Broker, topic: str | TopicName, *,
 # --- eviction --------------------------------------------------------------------------------------
 
 
-def _size_target(snap: Snapshot, limit_bytes: int) -> int:
-    """The lowest offset from which the estimated backlog fits in ``limit_bytes`` (see ``bytes_from``)."""
-    room = limit_bytes
-    for seg in reversed(snap.segments):
-        if seg.size_bytes <= room:
-            room -= seg.size_bytes
-            continue
-        rows = room * seg.num_records // seg.size_bytes if seg.size_bytes else seg.num_records
-        return seg.end_offset - rows
-    return snap.first_offset
+SIZE_REDUCTION = 0.9
+"""Eviction brings a size backlog down to 90% of its limit, and the precise time check expires
+messages older than 90% of the time limit (Pulsar's reduction factor)."""
+
+
+class _Eviction:
+    """Cursor moves worked out on in-memory copies, so a dry run and a real run take the same path."""
+
+    def __init__(self, log: TopicLog, snap: Snapshot, topic: TopicName, cursors: dict[str, Cursor],
+                 policies: EffectivePolicies, now_ms: int) -> None:
+        self.log, self.snap, self.topic, self.cursors = log, snap, topic, cursors
+        self.policies, self.now_ms = policies, now_ms
+        self.moved: dict[str, tuple[int, int]] = {}  # subscription -> (mark-delete before, after)
+
+    def status(self) -> BacklogStatus:
+        return measure(self.log, self.snap, self.topic, self.cursors, self.policies, self.now_ms)
+
+    def advance(self, name: str, to: int) -> None:
+        cursor = self.cursors[name]
+        before = self.moved.get(name, (cursor.mark_delete, 0))[0]
+        cursor.ack_cumulative(min(to, self.snap.next_offset) - 1)  # eviction acknowledges what it skips
+        self.moved[name] = (before, cursor.mark_delete)
+
+    def by_size(self, limit_bytes: int) -> None:
+        """Skip ``int((backlog - target) / backlog * entries)`` on the slowest cursor, again and again,
+        until the backlog is at most 90% of the limit, a skip would be 0, or the same cursor is slowest
+        twice in a row."""
+        target = SIZE_REDUCTION * limit_bytes
+        previous = None
+        while True:
+            status = self.status()
+            slowest, backlog = status.slowest_subscription, status.backlog_bytes
+            if slowest is None or backlog <= target or slowest == previous or status.oldest_unacked_offset is None:
+                return
+            skip = int((backlog - target) / backlog * status.backlog_messages)
+            if skip == 0:
+                return
+            self.advance(slowest, status.oldest_unacked_offset + skip)
+            previous = slowest
+
+    def by_whole_segments(self, limit_seconds: int) -> None:
+        """Move the slowest cursor past each whole segment whose newest message is older than the
+        limit, as long as the slowest cursor sits in such a segment."""
+        while True:
+            status = self.status()
+            if status.slowest_subscription is None or status.oldest_unacked_offset is None:
+                return
+            seg = self.snap.segments[self.snap.segment_index_for(status.oldest_unacked_offset)]
+            if self.now_ms - seg.max_publish_ms <= limit_seconds * 1000:
+                return
+            self.advance(status.slowest_subscription, seg.end_offset)
+
+    def by_age(self, limit_seconds: int) -> None:
+        """Pulsar's precise check: every subscription expires the messages older than
+        ``int(0.9 * limit)`` seconds."""
+        cutoff = self.now_ms - int(SIZE_REDUCTION * limit_seconds) * 1000
+        for name in sorted(self.cursors):
+            start = first_unacked(self.cursors[name], self.snap.first_offset)
+            if start < self.snap.next_offset:
+                fresh = _time_target(self.log, self.snap, start, cutoff)
+                if fresh > start:
+                    self.advance(name, fresh)
 
 
 def _time_target(log: TopicLog, snap: Snapshot, start: int, cutoff_ms: int) -> int:
@@ -210,7 +262,12 @@ def _time_target(log: TopicLog, snap: Snapshot, start: int, cutoff_ms: int) -> i
 
 
 def evict_partition(broker: Broker, topic: TopicName, *, now_ms: int, dry_run: bool) -> BacklogEviction:
-    """Move the subscriptions behind the quota forward on one internal topic (eviction policy only)."""
+    """Apply ``consumer_backlog_eviction`` to one internal topic (Pulsar 4.x's rules).
+
+    A size quota evicts towards 90% of the limit, slowest cursor first (``_Eviction.by_size``).  A time
+    quota, with ``preciseTimeBasedBacklogQuotaCheck``, expires messages older than 90% of the limit on
+    every subscription; otherwise it moves the slowest cursor past whole segments older than the limit.
+    """
     policies = broker.policies.effective(topic, fresh=True)
     log = existing_log(broker, topic)
     snap = log.snapshot() if log is not None else None
@@ -220,23 +277,27 @@ def evict_partition(broker: Broker, topic: TopicName, *, now_ms: int, dry_run: b
         policy = policies.backlog_quota_policy
         why = "within quota" if not status.exceeded else f"policy is {policy}, not {EVICTION}"
         return BacklogEviction(str(topic), status, None, (), dry_run, why)
-    target = snap.first_offset
+    plan = _Eviction(log, snap, topic, cursors, policies, now_ms)
     if status.size_exceeded:
-        target = max(target, _size_target(snap, status.limit_bytes))
-    if status.time_exceeded and status.oldest_unacked_offset is not None:
-        cutoff = now_ms - status.limit_seconds * 1000
-        target = max(target, _time_target(log, snap, status.oldest_unacked_offset, cutoff))
+        plan.by_size(status.limit_bytes)
+    if plan.status().time_exceeded:
+        if broker.config.precise_time_based_backlog_quota_check:
+            plan.by_age(status.limit_seconds)
+        else:
+            plan.by_whole_segments(status.limit_seconds)
     moved: list[tuple[str, int, int]] = []
-    for name in sorted(cursors):
-        if first_unacked(cursors[name], snap.first_offset) >= target:
+    for name, (before, after) in sorted(plan.moved.items()):
+        if after <= before:
             continue
         if dry_run:
-            moved.append((name, cursors[name].mark_delete, target))
+            moved.append((name, before, after))
             continue
-        move = _move_cursor(broker, topic, name, target)
+        move = _move_cursor(broker, topic, name, after)
         if move is not None:
             moved.append((name, *move))
-    return BacklogEviction(str(topic), status, target, tuple(moved), dry_run, f"evict up to offset {target}")
+    furthest = max((after for _, _, after in moved), default=None)
+    reason = f"evicted up to offset {furthest}" if furthest is not None else "nothing could be evicted"
+    return BacklogEviction(str(topic), status, furthest, tuple(moved), dry_run, reason)
 
 
 def _move_cursor(broker: Broker, topic: TopicName, subscription: str, target: int) -> tuple[int, int] | None:

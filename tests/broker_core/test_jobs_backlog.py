@@ -106,40 +106,104 @@ def test_delayed_messages_count_as_backlog(tmp_path: Path) -> None:
 # --- eviction ---------------------------------------------------------------------------------------------
 
 
-def test_eviction_moves_slow_subscriptions_until_the_size_fits(tmp_path: Path) -> None:
+def marks(broker: Broker, *names: str) -> dict[str, int]:
+    return {s: broker.cursor_store(TopicName.parse(T), s).load()[1].mark_delete for s in names}
+
+
+def test_size_eviction_skips_on_the_slowest_cursor_once_per_turn(tmp_path: Path) -> None:
     broker = make_broker(tmp_path)
-    segs = [append(broker, publish_ms=NOW - (100 - i) * S) for i in range(6)]  # offsets 0..29
-    set_cursor(broker, "slow", 2)
-    set_cursor(broker, "slower", 0, acked=[[10, 12]])
-    set_cursor(broker, "fast", 27)
-    limit = segs[4].size_bytes + segs[5].size_bytes + segs[3].size_bytes * 2 // 5
+    for i in range(6):
+        append(broker, publish_ms=NOW - (100 - i) * S)  # offsets 0..29
+    set_cursor(broker, "slowest", 0)
+    set_cursor(broker, "slow", 20)
+    total = bytes_from(log_of(broker).snapshot(), 0)
+    limit = total // 2
     quota(broker, backlogQuotaLimitSize=limit, backlogQuotaPolicy="consumer_backlog_eviction")
+    # target 0.9 * limit ~ 0.45 of the backlog: skip int(~0.55 * 30 entries) = 16 on "slowest"; it is
+    # then still the slowest (16 < 20): the same cursor again, so eviction stops there
     dry = enforce_backlog_quota(broker, T, now_ms=NOW, dry_run=True).result_for(T)
-    assert dry.target_offset == 18 and not dry.changed
-    assert {s: (a, b) for s, a, b in dry.moved} == {"slow": (2, 18), "slower": (0, 18)}
-    before = files_of(tmp_path)
-    assert files_of(tmp_path) == before
+    assert dry.moved == (("slowest", 0, 16),) and not dry.changed
+    assert marks(broker, "slowest", "slow") == {"slowest": 0, "slow": 20}  # a dry run writes nothing
     result = enforce_backlog_quota(broker, T, now_ms=NOW).result_for(T)
-    assert result.before.size_exceeded and result.target_offset == 18 and result.changed
-    after = status(broker)
-    assert not after.exceeded and after.backlog_bytes <= limit and after.oldest_unacked_offset == 18
-    marks = {
-        s: broker.cursor_store(TopicName.parse(T), s).load()[1].mark_delete
-        for s in ("slow", "slower", "fast")
-    }
-    assert marks == {"slow": 18, "slower": 18, "fast": 27}
-    assert not enforce_backlog_quota(broker, T, now_ms=NOW).changed  # idempotent
+    assert result.before.size_exceeded and result.changed and result.target_offset == 16
+    assert marks(broker, "slowest", "slow") == {"slowest": 16, "slow": 20}
 
 
-def test_eviction_by_age(tmp_path: Path) -> None:
+def test_size_eviction_counts_individually_acked_entries_in_the_skip(tmp_path: Path) -> None:
     broker = make_broker(tmp_path)
-    for age in (500, 400, 300, 200, 100):
-        append(broker, publish_ms=NOW - age * S)
-    set_cursor(broker, "s", 0)
-    quota(broker, backlogQuotaLimitTime=250, backlogQuotaPolicy="consumer_backlog_eviction")
+    for i in range(6):
+        append(broker, publish_ms=NOW - (100 - i) * S)
+    set_cursor(broker, "s", 0, acked=[[4, 8]])  # entries in backlog: 30 - 4 = 26
+    snap = log_of(broker).snapshot()
+    backlog_bytes = bytes_from(snap, 0)
+    limit = backlog_bytes // 2
+    quota(broker, backlogQuotaLimitSize=limit, backlogQuotaPolicy="consumer_backlog_eviction")
+    skip = int((backlog_bytes - 0.9 * limit) / backlog_bytes * 26)
+    assert skip == 14  # int(~0.55 * 26 = 14.3)
     result = enforce_backlog_quota(broker, T, now_ms=NOW).result_for(T)
-    assert result.target_offset == 15 and status(broker).oldest_unacked_age_ms == 200 * S
-    assert not status(broker).exceeded
+    assert result.moved == (("s", 0, 14),)  # skipped offsets 0..13, the acked 4..7 among them
+
+
+def test_size_eviction_stops_when_a_skip_would_be_zero(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path)
+    for i in range(6):
+        append(broker, publish_ms=NOW - (100 - i) * S)
+    set_cursor(broker, "s", 29)  # one entry left
+    quota(broker, backlogQuotaLimitSize=bytes_from(log_of(broker).snapshot(), 29) - 1,
+          backlogQuotaPolicy="consumer_backlog_eviction")
+    result = enforce_backlog_quota(broker, T, now_ms=NOW).result_for(T)
+    assert result.before.size_exceeded and result.moved == () and not result.changed  # int(~0.1 * 1) = 0
+    assert marks(broker, "s") == {"s": 29}
+
+
+def _aged(broker: Broker) -> None:
+    for age in (500, 400, 300, 200, 100):  # five segments of five messages, offsets 0..24
+        append(broker, publish_ms=NOW - age * S)
+
+
+def test_time_eviction_moves_the_slowest_cursor_past_whole_old_segments(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path)
+    _aged(broker)
+    set_cursor(broker, "a", 0)
+    set_cursor(broker, "b", 7)
+    set_cursor(broker, "fast", 22)
+    quota(broker, backlogQuotaLimitTime=250, backlogQuotaPolicy="consumer_backlog_eviction")
+    # a: 0 -> 5 -> 10; b (in the 400 s segment): 7 -> 10; a, b: 10 -> 15; the 200 s segment stays
+    result = enforce_backlog_quota(broker, T, now_ms=NOW).result_for(T)
+    assert {(s, a, b) for s, a, b in result.moved} == {("a", 0, 15), ("b", 7, 15)}
+    assert marks(broker, "a", "b", "fast") == {"a": 15, "b": 15, "fast": 22}
+    assert status(broker).oldest_unacked_age_ms == 200 * S
+
+
+def test_time_eviction_keeps_a_segment_exactly_at_the_limit(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path)
+    _aged(broker)
+    set_cursor(broker, "a", 0)
+    quota(broker, backlogQuotaLimitTime=300, backlogQuotaPolicy="consumer_backlog_eviction")
+    assert enforce_backlog_quota(broker, T, now_ms=NOW).result_for(T).moved == (("a", 0, 10),)
+
+
+@pytest.mark.parametrize(("limit_s", "expected"), [(250, 15), (222, 20), (223, 15)])
+def test_precise_time_eviction_expires_older_than_90_percent(tmp_path: Path, limit_s: int, expected: int) -> None:
+    """int(0.9 * 250) = 225 s: the 200 s old messages stay; int(0.9 * 222) = 199 s: they go;
+    int(0.9 * 223) = 200 s: a message exactly 200 s old is not older than that, so it stays."""
+    broker = make_broker(tmp_path, precise_time_based_backlog_quota_check=True)
+    _aged(broker)
+    set_cursor(broker, "a", 0)
+    set_cursor(broker, "b", 7)
+    set_cursor(broker, "fast", 22)
+    quota(broker, backlogQuotaLimitTime=limit_s, backlogQuotaPolicy="consumer_backlog_eviction")
+    result = enforce_backlog_quota(broker, T, now_ms=NOW).result_for(T)
+    assert {(s, a, b) for s, a, b in result.moved} == {("a", 0, expected), ("b", 7, expected)}
+    assert marks(broker, "fast") == {"fast": 22}
+
+
+def test_time_eviction_without_the_precise_check_ignores_the_90_percent(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path)  # preciseTimeBasedBacklogQuotaCheck is off by default
+    _aged(broker)
+    set_cursor(broker, "a", 0)
+    quota(broker, backlogQuotaLimitTime=222, backlogQuotaPolicy="consumer_backlog_eviction")
+    assert enforce_backlog_quota(broker, T, now_ms=NOW).result_for(T).moved == (("a", 0, 15),)
 
 
 def test_eviction_needs_the_eviction_policy(tmp_path: Path) -> None:
