@@ -28,6 +28,7 @@ from broker_core import (
     Timeout,
 )
 from broker_core.clock import ManualClock
+from broker_core.errors import ConsumerAssignException
 from broker_core.failover import FailoverConsumer, active_consumer
 from broker_core.hashing import sticky_key_hash
 from broker_core.key_shared import (
@@ -557,6 +558,24 @@ def test_key_shared_sticky_ranges(tmp_path: Path) -> None:
     assert "overlap" not in cursor_of(client).consumers  # the refused consumer left no trace
     c_low.close()
     c_high.close()
+    client.close()
+
+
+def test_key_shared_auto_split_refuses_a_consumer_when_no_range_can_split(tmp_path: Path) -> None:
+    client = make_client(tmp_path, subscription_key_shared_use_consistent_hashing=False,
+                         subscription_key_shared_auto_split_range_size=2)
+    a, b = (subscribe(client, ConsumerType.KeyShared, name) for name in ("a", "b"))
+    before = cursor_of(client)
+    # rangeSize 2: a holds end key 2, b split it at 2 - 1 = 1; both ranges now have one slot
+    assert before.key_shared["autoSplitEndKeys"] == [[1, "b"], [2, "a"]]
+    with pytest.raises(ConsumerAssignException, match="'c' cannot join"):
+        subscribe(client, ConsumerType.KeyShared, "c")
+    after = cursor_of(client)
+    assert set(after.consumers) == {"a", "b"} and after.key_shared == before.key_shared
+    b.close()  # b's range joins a's above it
+    assert cursor_of(client).key_shared["autoSplitEndKeys"] == [[2, "a"]]
+    subscribe(client, ConsumerType.KeyShared, "c").close()
+    a.close()
     client.close()
 
 
