@@ -161,7 +161,8 @@ class AutoSplitHashRangeSelector(KeySharedSelector):
         index = {c.name: i for i, c in enumerate(consumers)}
         self._consumers, self._ends = consumers, ends
         self._end_array = np.array([end for end, _ in ends], dtype=np.int64)
-        self._end_owners = np.array([index.get(name, -1) for _, name in ends], dtype=np.int32)
+        # a last -1 for slots above the highest end key (none once the top end key is range_size)
+        self._end_owners = np.array([*(index.get(name, -1) for _, name in ends), -1], dtype=np.int32)
 
     def sticky_hashes(self, murmur31: npt.ArrayLike) -> npt.NDArray[np.int64]:
         return range_sticky_hashes(np.asarray(murmur31))
@@ -170,11 +171,7 @@ class AutoSplitHashRangeSelector(KeySharedSelector):
         slots = np.asarray(sticky_hashes, dtype=np.int64) % self._range_size
         if len(self._end_array) == 0:
             return np.full(slots.shape, -1, dtype=np.int32)
-        at = np.searchsorted(self._end_array, slots, side="left")
-        found = at < len(self._end_array)
-        out = np.full(slots.shape, -1, dtype=np.int32)
-        out[found] = self._end_owners[at[found]]
-        return out
+        return self._end_owners[np.searchsorted(self._end_array, slots, side="left")]
 
     def ranges(self) -> dict[str, list[tuple[int, int]]]:
         """Each live consumer's range ``[end below + 1, end]`` (the lowest from 0), as Pulsar reports."""

@@ -117,6 +117,8 @@ class ConsistentHashingSelector(KeySharedSelector):
         self._consumers, self._name_indexes = consumers, name_indexes
         self._points = np.array(points, dtype=np.int64)
         self._point_owners = np.array([ring[p] for p in points], dtype=np.int32)
+        # one more slot for "past the highest point", which wraps to the lowest point's owner
+        self._wrapped_owners = np.append(self._point_owners, self._point_owners[:1]).astype(np.int32)
 
     @property
     def name_indexes(self) -> tuple[int, ...]:
@@ -132,9 +134,7 @@ class ConsistentHashingSelector(KeySharedSelector):
         hashes = np.asarray(sticky_hashes, dtype=np.int64)
         if len(self._points) == 0:
             return np.full(hashes.shape, -1, dtype=np.int32)
-        at = np.searchsorted(self._points, hashes, side="left")
-        at[at == len(self._points)] = 0  # past the highest point: wrap to the lowest
-        return self._point_owners[at]
+        return self._wrapped_owners[np.searchsorted(self._points, hashes, side="left")]
 
     def points(self) -> dict[str, list[int]]:
         """The ring points each consumer name marked (held or queued), sorted."""
