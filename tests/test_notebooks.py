@@ -7,6 +7,7 @@ traceback.  Executing them here is what keeps them from rotting as the API chang
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,9 @@ nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 120
-NOTEBOOK_BUDGET_S = 60.0
+NOTEBOOK_BUDGET_S = float(os.environ.get("PUBSUB_NOTEBOOK_BUDGET_S", "60"))
+"""Each notebook must run in under a minute on an idle 2-core machine (issue 14); on a machine
+shared with other heavy jobs, ``PUBSUB_NOTEBOOK_BUDGET_S`` raises the bound."""
 
 
 def test_there_are_notebooks() -> None:
