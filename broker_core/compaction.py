@@ -45,6 +45,7 @@ from broker_core.compacted_view import (
     view_store,
 )
 from broker_core.errors import InvalidConfiguration
+from broker_core.jobs.progress import JobProgress
 from broker_core.log.snapshot import Snapshot
 from broker_core.naming import TopicName
 from broker_core.segment import decode_segment
@@ -351,12 +352,18 @@ def compact_topic(broker: Broker, topic: str | TopicName, *, up_to_offset: int |
     """
     name = topic if isinstance(topic, TopicName) else TopicName.parse(topic)
     results = []
-    for partition in broker.partitions(name, auto_create=False):
-        log = broker.topic_log(partition, create=False)
-        if not log.exists():  # a partition nobody has written to yet
-            continue
-        results.append(compact_internal_topic(log, str(partition), up_to_offset=up_to_offset, dry_run=dry_run,
-                                              retain_null_key=retain_null_key))
+    partitions = broker.partitions(name, auto_create=False)
+    progress: JobProgress[Any] = JobProgress("compaction", str(name), total=len(partitions), dry_run=dry_run)
+    try:
+        for partition in partitions:
+            log = broker.topic_log(partition, create=False)
+            if not log.exists():  # a partition nobody has written to yet
+                continue
+            progress.start(str(partition))
+            results.append(compact_internal_topic(log, str(partition), up_to_offset=up_to_offset,
+                                                  dry_run=dry_run, retain_null_key=retain_null_key))
+    finally:
+        progress.end()  # compaction keeps a summary type of its own
     return CompactionSummary(topic=str(name), results=tuple(results))
 
 

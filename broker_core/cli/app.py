@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from broker_core.cli import reconcile, subscriptions, tenancy, topics
 from broker_core.cli.common import ROOT_ENV, CliParser, Context, UsageError, common_options, dump
+from broker_core.cli.progress import terminal_progress
 from broker_core.errors import InvalidConfiguration, InvalidTopicName, InvalidUrl, PulsarException
 
 PROG = "pubsub"
@@ -74,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``pubsub`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit status."""
     try:
         args = build_parser().parse_args(argv)
-        output = args.handler(Context(args), args)
+        with terminal_progress(json_output=bool(getattr(args, "json", False))):  # long jobs, on a terminal
+            output = args.handler(Context(args), args)
     except SystemExit as exc:  # --help and --version print and exit 0
         return exc.code if isinstance(exc.code, int) else 0
     except KeyboardInterrupt:

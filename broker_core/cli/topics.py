@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from broker_core.cli import messages, policies
+from broker_core.cli.chart import bar_chart, can_draw_blocks
 from broker_core.cli.common import (
     Context,
     Output,
@@ -55,6 +57,11 @@ def register(commands: Any) -> None:
     )
     stats = add_command(topics, "stats", help="sizes, publishers, subscriptions and backlogs", handler=_stats)
     stats.add_argument("topic", metavar="TOPIC")
+    stats.add_argument(
+        "--chart",
+        action="store_true",
+        help="also draw the backlog per subscription as a text bar chart (text output only)",
+    )
     messages.register(topics)
     policies.register(topics, "topic")
 
@@ -138,7 +145,18 @@ def _stats(ctx: Context, args: argparse.Namespace) -> Output:
                 f"    subscription {sub} ({st['type']}): backlog {st['msgBacklog']}, "
                 f"unacked {st['unackedMessages']}, consumers: {consumers}"
             )
+    if args.chart:
+        lines += _backlog_chart(out["msgBacklog"])
     return Output(out, lines)
+
+
+def _backlog_chart(backlogs: dict[str, int]) -> list[str]:
+    """The topic's backlog per subscription (every partition summed), largest first, as bars."""
+    if not backlogs:
+        return ["backlog per subscription: no subscriptions, nothing to chart"]
+    ordered = dict(sorted(backlogs.items(), key=lambda kv: (-kv[1], kv[0])))
+    blocks = can_draw_blocks(getattr(sys.stdout, "encoding", None))
+    return ["backlog per subscription:"] + ["  " + line for line in bar_chart(ordered, unit="msg", blocks=blocks)]
 
 
 __all__ = ["register"]

@@ -25,7 +25,7 @@ from broker_core.jobs.log_maintenance import (
     vacuum,
 )
 from broker_core.jobs.merge_segments import MergedRun, MergeResult, merge_segments
-from broker_core.jobs.progress import MIN_SAFE_AGE_MS, JobProgress, JobSummary
+from broker_core.jobs.progress import MIN_SAFE_AGE_MS, JobProgress, JobSummary, ProgressListener, reporting_progress
 from broker_core.jobs.retention import RetentionLimits, RetentionResult, run_retention
 from broker_core.jobs.ttl import SubscriptionExpiry, TtlResult, run_ttl
 
@@ -40,6 +40,7 @@ __all__ = [
     "JobSummary",
     "MergeResult",
     "MergedRun",
+    "ProgressListener",
     "RetentionLimits",
     "RetentionResult",
     "SubscriptionExpiry",
@@ -50,6 +51,7 @@ __all__ = [
     "cleanup_logs",
     "enforce_backlog_quota",
     "merge_segments",
+    "reporting_progress",
     "run_retention",
     "run_ttl",
     "vacuum",

@@ -43,7 +43,16 @@ import pyarrow as pa
 
 from broker_core.broker import Broker
 from broker_core.errors import LogCorrupted
-from broker_core.jobs.progress import JobSummary, check_flag, check_ms, existing_log, now_or, resolve_targets, run_each
+from broker_core.jobs.progress import (
+    JobSummary,
+    check_flag,
+    check_ms,
+    existing_log,
+    now_or,
+    report_step,
+    resolve_targets,
+    run_each,
+)
 from broker_core.log.actions import Action, Add, Remove
 from broker_core.log.segment_ref import SegmentRef, normalise_layout
 from broker_core.log.snapshot import Snapshot
@@ -234,7 +243,10 @@ def _merge(broker: Broker, topic: TopicName, *, target: int, least: int, age: in
         done = [MergedRun(tuple(s.path for s in run), run[0].base_offset, sum(s.num_records for s in run),
                           sum(s.size_bytes for s in run), "planned") for run in runs]
     else:
-        done = [merge_run(log, run) for run in runs]
+        done = []
+        for index, run in enumerate(runs):  # rewriting is the long part: say which run is being written
+            report_step("merge-segments", f"run {index + 1}/{len(runs)} ({len(run)} segments)")
+            done.append(merge_run(log, run))
     merged = [r for r in done if r.status in ("merged", "planned")]
     return MergeResult(
         topic=str(topic),

@@ -1,20 +1,23 @@
-"""What every reconcile job shares: its targets, argument checks, progress on a terminal, a summary.
+"""What every reconcile job shares: its targets, argument checks, progress reports, a summary.
 
 A job runs over internal topics (the partitions of a topic, or every persistent topic of a
 namespace), one at a time, and returns a ``JobSummary`` holding one result per internal topic.
-Progress goes to stderr only when stderr is a terminal, so a job run from cron, a test or
-``spark-submit`` prints nothing; the summary is always logged on the ``broker_core.jobs`` logger,
+Progress goes to the ``ProgressListener`` installed with ``reporting_progress`` (the ``pubsub``
+command installs one that draws on a terminal, ``broker_core/cli/progress.py``), and nowhere
+otherwise: the library itself never writes to stderr, so a job run from a notebook, cron, a test or
+``spark-submit`` prints nothing.  The summary is always logged on the ``broker_core.jobs`` logger,
 which is what operators keep.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Generic, Protocol, TextIO, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from broker_core.broker import Broker
 from broker_core.errors import InvalidConfiguration, NotAllowedError
@@ -80,41 +83,85 @@ class JobSummary(Generic[R]):
         return "\n".join(lines)
 
 
+class ProgressListener(Protocol):
+    """Receives a job's progress: which internal topic it works on, and steps within one.
+
+    Calls come from the thread running the job; they must be cheap and must not raise.
+    """
+
+    def topic_started(self, job: str, index: int, total: int, topic: str) -> None:
+        """The job starts on internal topic ``index`` (0-based) of ``total``."""
+
+    def step(self, job: str, detail: str) -> None:
+        """A step within the current internal topic (``detail`` says which, e.g. ``run 2/5``)."""
+
+    def job_finished(self, job: str) -> None:
+        """The job is done (also after a failure)."""
+
+
+_LISTENER: ContextVar[ProgressListener | None] = ContextVar("broker_core_jobs_progress", default=None)
+
+
+@contextmanager
+def reporting_progress(listener: ProgressListener | None) -> Iterator[None]:
+    """Send the progress of the jobs run inside this block (in this thread or task) to ``listener``."""
+    token = _LISTENER.set(listener)
+    try:
+        yield
+    finally:
+        _LISTENER.reset(token)
+
+
+def report_step(job: str, detail: str) -> None:
+    """Report a step within the current internal topic to the installed listener, if any."""
+    listener = _LISTENER.get()
+    if listener is not None:
+        listener.step(job, detail)
+
+
 class JobProgress(Generic[R]):
-    """Collects per-topic results, shows progress on a terminal, logs and returns the summary.
+    """Collects per-topic results, reports progress to the installed listener, logs and returns the
+    summary.
 
     Args:
         job: the job's name.
         target: what the job was asked to process.
         total: how many internal topics will be processed.
         dry_run: whether the run changes nothing.
-        stream: where progress goes; stderr by default, and only when it is a terminal.
+        listener: where progress goes; by default the one installed with ``reporting_progress``.
     """
 
     def __init__(
-        self, job: str, target: str, *, total: int, dry_run: bool, stream: TextIO | None = None
+        self, job: str, target: str, *, total: int, dry_run: bool, listener: ProgressListener | None = None
     ) -> None:
         self._job = job
         self._target = target
         self._total = total
         self._dry_run = dry_run
-        self._stream = stream if stream is not None else sys.stderr
-        self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
+        self._listener = listener if listener is not None else _LISTENER.get()
         self._results: list[R] = []
+        self._started = 0
         self._start = time.perf_counter()
 
+    def start(self, topic: str) -> None:
+        """Announce the next internal topic (before its work, so a long one shows what runs)."""
+        if self._listener is not None:
+            self._listener.topic_started(self._job, self._started, self._total, topic)
+        self._started += 1
+
     def add(self, result: R) -> None:
-        """Record one internal topic's result (and redraw the progress line on a terminal)."""
+        """Record one internal topic's result."""
         self._results.append(result)
-        if self._tty:
-            self._stream.write(f"\r[{self._job}] {len(self._results)}/{self._total} {result.topic}\x1b[K")
-            self._stream.flush()
+
+    def end(self) -> None:
+        """Tell the listener the job is over (``finish`` does; call it alone when the job failed, so a
+        terminal's progress line is cleared before the error shows, or keeps a summary of its own)."""
+        if self._listener is not None:
+            self._listener.job_finished(self._job)
 
     def finish(self) -> JobSummary[R]:
-        """Clear the progress line, log the summary at INFO and return it."""
-        if self._tty and self._results:
-            self._stream.write("\r\x1b[K")
-            self._stream.flush()
+        """Tell the listener the job is done, log the summary at INFO and return it."""
+        self.end()
         summary = JobSummary(
             job=self._job,
             target=self._target,
@@ -131,8 +178,13 @@ def run_each(
 ) -> JobSummary[R]:
     """Run ``each`` over the internal topics in order, showing progress; return the logged summary."""
     progress: JobProgress[R] = JobProgress(job, target, total=len(partitions), dry_run=dry_run)
-    for part in partitions:
-        progress.add(each(part))
+    try:
+        for part in partitions:
+            progress.start(str(part))
+            progress.add(each(part))
+    except BaseException:
+        progress.end()
+        raise
     return progress.finish()
 
 
@@ -223,11 +275,14 @@ __all__ = [
     "JobProgress",
     "JobSummary",
     "PartitionResult",
+    "ProgressListener",
     "check_age",
     "check_flag",
     "check_ms",
     "existing_log",
     "now_or",
+    "report_step",
+    "reporting_progress",
     "resolve_targets",
     "run_each",
 ]
