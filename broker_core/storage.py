@@ -35,7 +35,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 from pyarrow import fs as pafs
 
-from broker_core.errors import BrokerPersistenceError, DirectoryGone, InvalidUrl
+from broker_core.errors import BrokerPersistenceError, DirectoryGone, InvalidUrl, PathOutsideRoot
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +45,24 @@ class FileStatus:
     path: str
     size_bytes: int
     mtime_ms: int
+
+
+def contained_path(root: str, path: str) -> str:
+    """``root/path`` as an absolute normalised path, refusing any ``path`` that resolves outside ``root``.
+
+    Every ``FileIO`` operation goes through this, a second line of defence behind the decoders that
+    accept only the path forms the protocol allows: a ``..`` part, an absolute path or a drive
+    letter that leaves the root raises ``PathOutsideRoot`` before anything is read or written.
+    The check is lexical (no system call); ``delete`` additionally resolves symbolic links.
+    """
+    full = os.path.normpath(os.path.join(root, path))
+    if full != root and not full.startswith(root.rstrip(os.sep) + os.sep):
+        raise PathOutsideRoot(
+            f"refusing to touch {path!r}: it resolves to {full!r}, outside the storage root {root!r}; "
+            "the path came from damaged metadata (run `pubsub topics check`)",
+            path=path,
+        )
+    return full
 
 
 class FileIO(Protocol):
@@ -131,7 +149,7 @@ class LocalFileIO:
         return "file://" + self._root
 
     def abs_path(self, path: str) -> str:
-        return os.path.join(self._root, path)
+        return contained_path(self._root, path)
 
     def read_bytes(self, path: str) -> bytes | None:
         try:
@@ -221,8 +239,17 @@ class LocalFileIO:
             return []
 
     def delete(self, path: str) -> bool:
+        full = self.abs_path(path)
+        # a symbolic link inside the root may point outside it: deletion resolves it before unlinking
+        real_parent = os.path.realpath(os.path.dirname(full))
+        real_root = os.path.realpath(self._root)
+        if real_parent != real_root and not real_parent.startswith(real_root.rstrip(os.sep) + os.sep):
+            raise PathOutsideRoot(
+                f"refusing to delete {path!r}: its directory resolves to {real_parent!r}, outside the "
+                f"storage root {real_root!r}", path=path,
+            )
         try:
-            os.unlink(self.abs_path(path))
+            os.unlink(full)
             return True
         except FileNotFoundError:
             return False
@@ -368,4 +395,4 @@ def file_io_for(service_url: str, *, fsync: bool = True) -> LocalFileIO:
     )
 
 
-__all__ = ["FileIO", "FileStatus", "LocalFileIO", "file_io_for"]
+__all__ = ["FileIO", "FileStatus", "LocalFileIO", "contained_path", "file_io_for"]
