@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from broker_core.admin import topic_dir
 from broker_core.broker import Broker
 from broker_core.bulk import STAGED_TXN_DIR
+from broker_core.cursor_store import CURSORS_DIR
 from broker_core.errors import LogCorrupted
 from broker_core.jobs.progress import (
     JobSummary,
@@ -60,6 +61,7 @@ from broker_core.log.checkpoint import (
     read_last_checkpoint,
     write_checkpoint,
 )
+from broker_core.log.gaps import commit_versions, gap_error
 from broker_core.log.snapshot import RESERVED_TXN_PREFIX, Snapshot
 from broker_core.log.transaction_log import TransactionLog, commit_path
 from broker_core.naming import TopicName
@@ -180,6 +182,7 @@ def _cleanup(broker: Broker, topic: TopicName, *, cutoff_ms: int, dry_run: bool)
     doomed = sorted((int(m.group(1)), n) for n in names
                     if (m := _LOG_FILE.match(n)) and int(m.group(1)) < kept.version)
     if not dry_run and doomed:
+        require_no_gap(io, path, latest)
         hint = read_last_checkpoint(io, path)
         if hint is None or hint < kept.version:  # version 0 may go: openers must find the checkpoint
             rows = pq.ParquetFile(io.open_input(checkpoint_path(path, kept.version))).metadata.num_rows
@@ -206,6 +209,7 @@ class VacuumResult:
         expired_txns: deduplication entries retired (least recently updated first).
         dropped_tombstones: tombstones left out of the vacuum checkpoint.
         version: the ``VACUUM END`` commit (None: nothing committed).
+        deleted_temps: temp files of writes killed before their link (``.<name>.<uuid>.tmp``), by path.
     """
 
     topic: str
@@ -218,17 +222,19 @@ class VacuumResult:
     dropped_tombstones: int
     version: int | None
     dry_run: bool
+    deleted_temps: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
-        deleted = self.deleted_removed or self.deleted_orphans
+        deleted = self.deleted_removed or self.deleted_orphans or self.deleted_temps
         return not self.dry_run and (bool(deleted) or self.version is not None)
 
     def describe(self) -> str:
         return (f"{'would delete' if self.dry_run else 'deleted'} {len(self.deleted_removed)} removed and "
                 f"{len(self.deleted_orphans)} orphan file(s) ({self.deleted_bytes} bytes); {self.kept_young} "
                 f"too young; {len(self.unknown)} unknown kept; {len(self.expired_txns)} dedup entries "
-                f"expired; {self.dropped_tombstones} tombstones dropped")
+                f"expired; {self.dropped_tombstones} tombstones dropped; {len(self.deleted_temps)} crash temp "
+                "file(s)")
 
 
 def staged_paths(io: FileIO) -> set[str]:
@@ -243,6 +249,40 @@ def staged_paths(io: FileIO) -> set[str]:
             except (ValueError, KeyError, TypeError):
                 continue
     return out
+
+
+_TEMP_FILE = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
+_TEMP_DIRS = (LOG_DIR, "_producers", "_compacted", "_compacted/state")
+
+
+def crash_temp_files(io: FileIO, path: str, *, older_than_ms: int) -> list[str]:
+    """Temp files of ``put_if_absent``/``replace`` calls killed before their link or rename
+    (``.<name>.<32 hex>.tmp``, ``docs/PROTOCOL.md`` section 1) in the topic's state directories,
+    whose mtime is at or before ``older_than_ms``: no reader ever looks at them, and a live write's
+    temp file is younger than any allowed minimum age."""
+    dirs = [path, *(f"{path}/{d}" for d in _TEMP_DIRS)]
+    dirs += [f"{path}/{CURSORS_DIR}/{sub}" for sub in io.list_dir(f"{path}/{CURSORS_DIR}") if not sub.startswith(".")]
+    out = []
+    for directory in dirs:
+        for name in io.list_dir(directory):
+            if _TEMP_FILE.match(name):
+                stat = io.stat(f"{directory}/{name}")
+                if stat is not None and stat.mtime_ms <= older_than_ms:
+                    out.append(f"{directory}/{name}")
+    return out
+
+
+def require_no_gap(io: FileIO, path: str, version: int) -> list[int]:
+    """The commit versions above ``version``; ``LogCorrupted`` when one is missing below the newest.
+
+    A plan made from a log cut short by a gap takes every file the commits after the gap reference
+    for an orphan, so no deleting job may act on it.  One listing, paid once per run that deletes.
+    """
+    above = [v for v in commit_versions(io, path) if v > version]
+    for expected, found in enumerate(above, start=version + 1):
+        if found != expected:
+            raise gap_error(path, expected, found)
+    return above
 
 
 def expired_txns(snap: Snapshot, max_producers: int) -> list[str]:
@@ -297,13 +337,15 @@ def _vacuum(broker: Broker, topic: TopicName, staged: set[str], *, now: int, age
                          max_retries=broker.config.commit_max_retries)
     snap = log.snapshot()
     live = {seg.path for seg in snap.segments}
-    referenced = live | set(snap.tombstones) | staged
+    referenced = _named(snap) | staged
     removed: list[str] = []
     orphans: list[str] = []
     missing: set[str] = set()  # tombstoned files already deleted
     sizes: dict[str, int] = {}
     young = 0
     for rm in snap.tombstones.values():
+        if codec_of(rm.path) is None:  # decoders refuse such paths already; deletion checks again
+            continue
         stat = io.stat(f"{path}/{rm.path}")
         if stat is None:
             missing.add(rm.path)
@@ -329,18 +371,35 @@ def _vacuum(broker: Broker, topic: TopicName, staged: set[str], *, now: int, age
     # tombstones old enough to leave the checkpoint, once their files are gone
     gone = {p for p in missing | set(removed)
             if p not in live and (snap.tombstones[p].deletion_timestamp or 0) <= now - tomb_age}
+    temps = crash_temp_files(io, path, older_than_ms=now - age)
     result = VacuumResult(str(topic), tuple(sorted(removed)), tuple(sorted(orphans)), sum(sizes.values()),
                           young, tuple(unknown), tuple(expired_txns(snap, max_producers)), len(gone), None,
-                          dry_run)
-    if dry_run or not (removed or orphans or result.expired_txns or gone):
+                          dry_run, tuple(temps))
+    if dry_run or not (removed or orphans or result.expired_txns or gone or temps):
         return result
+    if require_no_gap(io, path, snap.version):
+        # commits landed while we planned: one may name a file we took for an orphan; replay them
+        now_named = _named(log.snapshot())
+        orphans = [name for name in orphans if name not in now_named]
+        removed = [name for name in removed if name not in {seg.path for seg in log.snapshot().segments}]
+        result = dataclasses.replace(result, deleted_removed=tuple(sorted(removed)),
+                                     deleted_orphans=tuple(sorted(orphans)))
     for name in sorted(removed) + sorted(orphans):
         io.delete(f"{path}/{name}")
+    for temp in temps:
+        io.delete(temp)
+    if not (removed or orphans or result.expired_txns or gone):
+        return result
     committed, expiring = _commit_vacuum(log, result, max_producers=max_producers, now=now)
     kept = {p: rm for p, rm in committed.tombstones.items() if p not in gone or io.exists(f"{path}/{p}")}
     written = write_checkpoint(io, path, dataclasses.replace(committed, tombstones=kept))
     return dataclasses.replace(result, version=committed.version, expired_txns=tuple(expiring),
                                dropped_tombstones=len(committed.tombstones) - len(kept) if written else 0)
+
+
+def _named(snap: Snapshot) -> set[str]:
+    """Every file a snapshot names, live or tombstoned."""
+    return {seg.path for seg in snap.segments} | set(snap.tombstones)
 
 
 def _commit_vacuum(log: TransactionLog, result: VacuumResult, *, max_producers: int,
@@ -365,7 +424,9 @@ __all__ = [
     "VacuumResult",
     "checkpoint",
     "cleanup_logs",
+    "crash_temp_files",
     "expired_txns",
+    "require_no_gap",
     "staged_paths",
     "vacuum",
 ]
