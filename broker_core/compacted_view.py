@@ -130,6 +130,7 @@ class ViewStore:
         """
         doc = {"horizon": horizon, "file": file, "rows": rows, "ledgerId": ledger_id,
                "previousHorizon": previous_horizon, "createdMs": int(time.time() * 1000)}
+        ViewPointer.from_json(0, doc, where="the pointer about to be committed")  # never write a bad one
 
         def fn(current: dict[str, Any] | None) -> dict[str, Any] | None:
             if current is None or int(current.get("ledgerId", 0)) != ledger_id:
