@@ -83,7 +83,7 @@ class Admin:
 
     def _partitioned_state(self, topic: TopicName) -> VersionedState:
         ns_dir = f"{topic.tenant}/{topic.namespace}/{topic.domain.value}"
-        return VersionedState(self.io, f"{ns_dir}/_partitioned/{topic.local_name}")
+        return VersionedState(self.io, f"{ns_dir}/_partitioned/{topic.local_name}", validate=_check_partitions)
 
     def _ensure_defaults(self) -> None:
         if self._tenant_state(DEFAULT_TENANT).latest()[1] is None:
@@ -445,6 +445,16 @@ def _forget_handles(io: FileIO, path: str) -> None:
         shared._TOPIC_LOGS.pop((io.root_uri, path), None)
         for key in [k for k in shared._CURSOR_STORES if k[:2] == (io.root_uri, path)]:
             del shared._CURSOR_STORES[key]
+
+
+def _check_partitions(doc: dict[str, object]) -> None:
+    """A partitioned-topic record holds ``partitions``, an int >= 1 (``VersionedState`` turns the
+    ``ValueError`` into ``LogCorrupted`` naming the file)."""
+    if doc.get("deleted"):
+        return
+    count = doc["partitions"]
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"partitions must be an int >= 1, found {count!r}")
 
 
 def _topic(topic: str | TopicName) -> TopicName:
