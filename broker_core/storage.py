@@ -134,11 +134,14 @@ class LocalFileIO:
                 "check the path and its permissions",
                 root=self._root,
             ) from exc
-        if not os.access(self._root, os.W_OK | os.X_OK):
+        if not os.access(self._root, os.R_OK | os.X_OK):
             raise BrokerPersistenceError(
-                f"the storage root {self._root!r} is not writable; fix its permissions or pick another root",
+                f"the storage root {self._root!r} is not readable; fix its permissions or pick another root",
                 root=self._root,
             )
+        # a read-only root (a read-only mount, a snapshot) opens for reading: peek, stats, readers; a
+        # write then fails with BrokerPersistenceError naming the file (docs/DECISIONS.md)
+        self.writable = os.access(self._root, os.W_OK | os.X_OK)
 
     @property
     def root(self) -> str:
