@@ -190,7 +190,9 @@ class VersionedState:
     def _unchanged(self, version: int, raw: Document | None) -> bool:
         """Is ``<version>`` still the document we cached?  One small read, paid by updates only."""
         current = self._read_or_skip(version)
-        return isinstance(current, dict) and current.get(_ID) == (raw or {}).get(_ID)
+        if isinstance(current, LogCorrupted):  # the damaged version we stepped over: still the same
+            return True
+        return current is not None and current.get(_ID) == (raw or {}).get(_ID)
 
     def _floor(self) -> int:
         """Versions below this may have been deleted by cleanup (written before anything is deleted)."""

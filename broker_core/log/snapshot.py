@@ -71,6 +71,26 @@ class Snapshot:
             return i
         return i + 1
 
+    def holes(self, start: int, end: int) -> list[tuple[int, int]]:
+        """Offset ranges within ``[start, end)`` and above ``first_offset`` that no live segment holds.
+
+        Retention only removes from the front and merges replace segments in place, so a hole is
+        a segment ``pubsub topics check --repair`` set aside as damaged (its ``remove`` carries the
+        ``pubsub.dataLoss`` record, ``docs/PROTOCOL.md``).  Readers skip holes like retained data;
+        a reader that must not lose data silently (``failOnDataLoss``) checks this first.
+        """
+        out: list[tuple[int, int]] = []
+        pos = max(start, self.first_offset)
+        for seg in self.segments[self.segment_index_for(pos):]:
+            if seg.base_offset >= end:
+                break
+            if seg.base_offset > pos:
+                out.append((pos, seg.base_offset))
+            pos = max(pos, seg.end_offset)
+        if pos < min(end, self.next_offset):
+            out.append((pos, min(end, self.next_offset)))
+        return out
+
     def segment_for_entry(self, entry_id: int) -> SegmentRef | None:
         """The live segment holding an entry id, if any (segments are ordered by entry id too)."""
         lo, hi = 0, len(self.segments)

@@ -54,10 +54,10 @@ def test_vacuum_removes_old_crash_temp_files_and_keeps_young_ones(root: Path, cl
         path.write_bytes(b"partial")
     for path in old:
         _age(path, 7200)
-    code, out, err = cli("vacuum", "t", "--min-age", "1h")  # a dry run deletes nothing
+    code, _, err = cli("vacuum", "t", "--min-age", "1h")  # a dry run deletes nothing
     assert code == 0, err
     assert all(p.exists() for p in old)
-    code, out, err = cli("vacuum", "t", "--min-age", "1h", "--execute")
+    code, _out, err = cli("vacuum", "t", "--min-age", "1h", "--execute")
     assert code == 0, err
     assert not any(p.exists() for p in old)
     assert young.exists()
@@ -120,8 +120,8 @@ def test_a_read_only_root_opens_for_peek_stats_and_readers(root: Path, client: C
         assert "Read-only file system" in str(info.value)
     finally:
         fresh.close()
-    code, out, err = cli("topics", "stats", "t")
+    code, _, err = cli("topics", "stats", "t")
     assert code == 0, err
-    code, out, err = cli("topics", "peek", "t", "-s", "s")
+    code, _out, err = cli("topics", "peek", "t", "-s", "s")
     assert code == 0, err
     assert not list(log_dir(root).glob(".*.tmp"))
