@@ -4,8 +4,9 @@ Everything the library persists goes through a ``FileIO``: the transaction log, 
 cursor and registry state.  The interface is deliberately small so that an object-store
 implementation (conditional put for ``put_if_absent``) can follow the local one.
 
-Paths are POSIX-style strings relative to the storage root; they are built only from names that
-``broker_core.naming`` has validated, so they never escape the root.
+Paths are POSIX-style strings relative to the storage root, built from names ``broker_core.naming``
+validated and from paths the log decoders accept (segment names only); ``contained_path`` refuses any
+path that would still resolve outside the root (``PathOutsideRoot``), as a second line of defence.
 
 Durability rules (see ``docs/PROTOCOL.md``):
 - ``put_if_absent`` is the commit primitive: the file appears complete or not at all, and an

@@ -22,6 +22,11 @@
   checkpoints dropping expired ones is how Delta itself expires them.  A process that loaded the log
   earlier may write them into a later checkpoint again; the next vacuum drops them again.
 
+Vacuum also deletes crash temp files (``.<name>.<uuid>.tmp``) of the topic's state directories older
+than ``min_age_ms``.  Neither job deletes anything on a plan made below a missing commit (a gap,
+``log.gaps``): the commits after the gap reference files that would look unreferenced.  Vacuum also
+re-checks the commits that landed while it planned, and keeps every file they name.
+
 Deletion is destructive, so both cleanup and vacuum default to ``dry_run=True`` and, unless
 ``enforce_min_age=False``, refuse ages under ``MIN_SAFE_AGE_MS``: a shorter age can delete the file
 of a write that is about to commit, or a version a slow reader is replaying.
