@@ -45,8 +45,8 @@ import pyarrow.parquet as pq
 from broker_core.admin import topic_dir
 from broker_core.broker import Broker
 from broker_core.bulk import STAGED_TXN_DIR
-from broker_core.cursor_store import CURSORS_DIR
 from broker_core.errors import LogCorrupted
+from broker_core.jobs.leftovers import crash_temp_files, require_no_gap
 from broker_core.jobs.progress import (
     JobSummary,
     check_age,
@@ -66,7 +66,6 @@ from broker_core.log.checkpoint import (
     read_last_checkpoint,
     write_checkpoint,
 )
-from broker_core.log.gaps import commit_versions, gap_error
 from broker_core.log.snapshot import RESERVED_TXN_PREFIX, Snapshot
 from broker_core.log.transaction_log import TransactionLog, commit_path
 from broker_core.naming import TopicName
@@ -256,40 +255,6 @@ def staged_paths(io: FileIO) -> set[str]:
     return out
 
 
-_TEMP_FILE = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
-_TEMP_DIRS = (LOG_DIR, "_producers", "_compacted", "_compacted/state")
-
-
-def crash_temp_files(io: FileIO, path: str, *, older_than_ms: int) -> list[str]:
-    """Temp files of ``put_if_absent``/``replace`` calls killed before their link or rename
-    (``.<name>.<32 hex>.tmp``, ``docs/PROTOCOL.md`` section 1) in the topic's state directories,
-    whose mtime is at or before ``older_than_ms``: no reader ever looks at them, and a live write's
-    temp file is younger than any allowed minimum age."""
-    dirs = [path, *(f"{path}/{d}" for d in _TEMP_DIRS)]
-    dirs += [f"{path}/{CURSORS_DIR}/{sub}" for sub in io.list_dir(f"{path}/{CURSORS_DIR}") if not sub.startswith(".")]
-    out = []
-    for directory in dirs:
-        for name in io.list_dir(directory):
-            if _TEMP_FILE.match(name):
-                stat = io.stat(f"{directory}/{name}")
-                if stat is not None and stat.mtime_ms <= older_than_ms:
-                    out.append(f"{directory}/{name}")
-    return out
-
-
-def require_no_gap(io: FileIO, path: str, version: int) -> list[int]:
-    """The commit versions above ``version``; ``LogCorrupted`` when one is missing below the newest.
-
-    A plan made from a log cut short by a gap takes every file the commits after the gap reference
-    for an orphan, so no deleting job may act on it.  One listing, paid once per run that deletes.
-    """
-    above = [v for v in commit_versions(io, path) if v > version]
-    for expected, found in enumerate(above, start=version + 1):
-        if found != expected:
-            raise gap_error(path, expected, found)
-    return above
-
-
 def expired_txns(snap: Snapshot, max_producers: int) -> list[str]:
     """Deduplication entries beyond ``max_producers``, least recently updated first (reserved ids never)."""
     entries = [t for t in snap.txns.values() if not t.app_id.startswith(RESERVED_TXN_PREFIX)]
@@ -429,9 +394,7 @@ __all__ = [
     "VacuumResult",
     "checkpoint",
     "cleanup_logs",
-    "crash_temp_files",
     "expired_txns",
-    "require_no_gap",
     "staged_paths",
     "vacuum",
 ]
