@@ -212,13 +212,24 @@ def _rebuild_checkpoints(io: FileIO, path: str, bad: list[int]) -> list[str]:
         write_checkpoint(io, path, state)
         done.append(checkpoint_path(path, version))
     if -1 in bad:
-        io.delete(f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}")
-        good = [int(m.group(1)) for n in io.list_dir(f"{path}/{LOG_DIR}") if (m := _CHECKPOINT_RE.match(n))]
-        newest = read_checkpoint(io, path, max(good)) if good else None
-        if newest is not None:  # (re-)writing a checkpoint that exists only puts the hint back
-            write_checkpoint(io, path, newest)
-        done.append(f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}")
+        newest = _newest_readable_checkpoint(io, path)
+        if newest is not None:  # never leave no hint: with version 0 cleaned up, it is how the topic exists
+            hint = f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}"
+            io.replace(hint, json.dumps({"version": newest.version, "numOfAddFiles": len(newest.segments)}).encode(),
+                       anchor=path)
+            done.append(hint)
     return done
+
+
+def _newest_readable_checkpoint(io: FileIO, path: str) -> Snapshot | None:
+    versions = sorted((int(m.group(1)) for n in io.list_dir(f"{path}/{LOG_DIR}") if (m := _CHECKPOINT_RE.match(n))),
+                      reverse=True)
+    for version in versions:
+        try:
+            return read_checkpoint(io, path, version)
+        except LogCorrupted:
+            continue
+    return None
 
 
 def _set_aside(broker: Broker, topic: TopicName, damaged: list[tuple[SegmentRef, str]]) -> list[str]:
