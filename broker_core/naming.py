@@ -280,14 +280,6 @@ class TopicName:
                 partition=index,
             )
         local_name = f"{self.local_name}{PARTITION_SUFFIX}{index}"
-        if len(local_name.encode()) > MAX_PART_BYTES:
-            raise InvalidTopicName(
-                f"partition {index} of {str(self)!r} would be named {local_name!r}, "
-                f"{len(local_name.encode())} bytes, over the {MAX_PART_BYTES}-byte limit of a name: "
-                "use a shorter topic name (or fewer partitions)",
-                topic=str(self),
-                partition=index,
-            )
         return TopicName(self.domain, self.tenant, self.namespace, local_name)
 
     def relative_path(self) -> tuple[str, ...]:
