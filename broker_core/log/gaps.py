@@ -36,8 +36,12 @@ def commit_versions(io: FileIO, table_path: str) -> list[int]:
 def later_commit(io: FileIO, table_path: str, version: int, *, listed: bool) -> int | None:
     """The lowest commit above ``version + 1``, or None.  ``listed``: list the directory (finds a
     gap of any width, for openers); otherwise one ``stat`` of ``version + 2`` (for polling)."""
-    if listed:
-        return next((v for v in commit_versions(io, table_path) if v > version + 1), None)
+    if listed:  # fixed-width names compare like their versions: no regex or int() per name (long logs)
+        target = f"{version + 1:020d}.json"
+        names = io.list_dir(f"{table_path}/{LOG_DIR}")
+        later = min((n for n in names if len(n) == 25 and n > target and n.endswith(".json") and n[:20].isdigit()),
+                    default=None)
+        return None if later is None else int(later[:20])
     return version + 2 if io.exists(commit_path(table_path, version + 2)) else None
 
 
