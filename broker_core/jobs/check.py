@@ -6,7 +6,8 @@ What is checked, per internal topic (``docs/CLI.md``, ``pubsub topics check``):
   decodes, every path it names is a segment name, and it replays;
 - **checkpoints** and the ``_last_checkpoint`` hint: each checkpoint decodes;
 - **segments**: every live segment is there, decodes, and holds the rows its ``add`` records;
-- **cursors**: the newest version of every subscription's cursor decodes.
+- **cursors**: the newest version of every subscription's cursor decodes;
+- **the producer registry**: its newest version decodes (reported only: no safe fallback exists).
 
 What ``repair`` does (a dry run unless ``dry_run=False``):
 
@@ -141,6 +142,10 @@ def _check(broker: Broker, topic: TopicName, *, execute: bool) -> CheckResult:
                                         f"set aside to {path}/{DAMAGED_DIR}/ with a data-loss record of offsets "
                                         f"{seg.base_offset}..{seg.end_offset - 1}"))
     cursors = _check_cursors(io, path, findings)
+    try:  # the producer registry has no safe fallback (leases decide exclusivity): report only
+        VersionedState(io, f"{path}/_producers", anchor=path).latest()
+    except LogCorrupted as exc:
+        findings.append(Finding("producers", f"{path}/_producers", str(exc), ""))
     if execute:
         repaired += _rebuild_checkpoints(io, path, bad_checkpoints)
         if damaged and snap is not None:

@@ -124,3 +124,11 @@ def test_check_of_a_namespace_and_bad_arguments(root: Path, client: Client, cli:
     broker = Broker.for_url(str(root), BrokerConfig(fsync_enabled=False))
     with pytest.raises(Exception, match="repair"):
         check_topic(broker, T, repair="yes")  # type: ignore[arg-type]
+
+
+def test_check_reports_a_damaged_producer_registry(root: Path, client: Client, cli: Any) -> None:
+    produce(client, [b"a"])
+    newest = max((root / TOPIC_DIR / "_producers").glob("*.json"))
+    newest.write_text("[")
+    code, out, _ = cli("topics", "check", "t")
+    assert code == 1 and "producers" in out and newest.name in out
