@@ -1,4 +1,4 @@
-"""Helpers of the adversarial probes: a root with one topic, hand-written commits, a CLI runner.
+"""Fixtures of the adversarial probes: a root, a client, a CLI runner, a "new process".
 
 Each probe damages a temporary root the way an attacker or a bad day would (a hand-edited commit,
 a truncated file, an odd value) and checks that nothing outside the root is touched, nothing
@@ -7,7 +7,6 @@ acknowledged vanishes silently, and every error is a typed subclass of ``PulsarE
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,6 @@ import pytest
 
 from broker_core import Client
 from broker_core.cli import main
-
-T = "persistent://public/default/t"
-TOPIC_DIR = "public/default/persistent/t"
 
 
 @pytest.fixture
@@ -37,34 +33,14 @@ def client(root: Path) -> Iterator[Client]:
     c.close()
 
 
-def produce(client: Client, values: list[bytes], *, topic: str = T, batches: int = 1) -> None:
-    """Send ``values`` in ``batches`` flushes, each flush one commit (one segment)."""
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10_000)
-    size = max(1, len(values) // batches)
-    for start in range(0, len(values), size):
-        for value in values[start:start + size]:
-            producer.send_async(value, None)
-        producer.flush()
-    producer.close()
 
 
-def log_dir(root: Path) -> Path:
-    return root / TOPIC_DIR / "_delta_log"
 
 
-def commit_file(root: Path, version: int) -> Path:
-    return log_dir(root) / f"{version:020d}.json"
 
 
-def newest_version(root: Path) -> int:
-    return max(int(p.name[:20]) for p in log_dir(root).glob("*.json"))
 
 
-def write_commit(root: Path, actions: list[dict[str, Any]]) -> int:
-    """Hand-write the next commit (as anyone able to write one object under the root could)."""
-    version = newest_version(root) + 1
-    commit_file(root, version).write_text("\n".join(json.dumps(a) for a in actions) + "\n")
-    return version
 
 
 @pytest.fixture

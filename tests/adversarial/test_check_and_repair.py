@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TOPIC_DIR, T, commit_file, produce
+from adversarial_helpers import TOPIC_DIR, T, commit_file, produce
 
 from broker_core import Client, ConsumerType, DataLoss, InitialPosition, MessageId
 from broker_core.broker import Broker

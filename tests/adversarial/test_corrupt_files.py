@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TOPIC_DIR, T, produce
+from adversarial_helpers import TOPIC_DIR, T, produce
 
 from broker_core import (
     Client,

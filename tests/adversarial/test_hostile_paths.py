@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import TOPIC_DIR, T, commit_file, produce, write_commit
+from adversarial_helpers import TOPIC_DIR, T, commit_file, produce, write_commit
 
 from broker_core import Client, LogCorrupted, MessageId, PathOutsideRoot
 from broker_core.bulk import commit_staged_once, recorded_staged, staged_manifest_path

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TOPIC_DIR, T, log_dir, produce
+from adversarial_helpers import TOPIC_DIR, T, log_dir, produce
 
 from broker_core import Client, InvalidConfiguration, InvalidTopicName, MessageId, PulsarException
 from broker_core.admin import Admin

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TOPIC_DIR, T, commit_file, newest_version, produce
+from adversarial_helpers import TOPIC_DIR, T, commit_file, newest_version, produce
 
 from broker_core import Client, LogCorrupted, MessageId
 from broker_core.broker import Broker
