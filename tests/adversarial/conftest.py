@@ -33,16 +33,6 @@ def client(root: Path) -> Iterator[Client]:
     c.close()
 
 
-
-
-
-
-
-
-
-
-
-
 @pytest.fixture
 def cli(root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
     """``cli(*args)`` -> (exit code, stdout, stderr) of ``pubsub --root <root> *args``."""
