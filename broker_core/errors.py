@@ -169,7 +169,24 @@ class DirectoryGone(BrokerPersistenceError):
 
 
 class LogCorrupted(BrokerPersistenceError):
-    """The transaction log is unreadable (a gap, a malformed action, a missing file)."""
+    """The transaction log is unreadable (a gap, a malformed action, a missing file), or another file
+    of a topic or of the root's metadata is damaged; the message names the file and what to do."""
+
+
+class SegmentCorrupted(LogCorrupted):
+    """A segment file a commit names is unreadable (truncated, overwritten); ``path`` names it.
+
+    Readers deliver every message before it and then raise this; ``pubsub topics check --repair``
+    sets the file aside with a data-loss record (``docs/PROTOCOL.md``).
+    """
+
+
+class PathOutsideRoot(BrokerPersistenceError):
+    """A path would resolve outside the storage root; the storage layer refuses to touch it.
+
+    The second line of defence: paths read from storage are validated where they are decoded, so
+    this firing means a path slipped past that check.
+    """
 
 
 class DataLoss(BrokerPersistenceError):
@@ -233,6 +250,7 @@ __all__ = [
     "NotAllowedError",
     "NotFound",
     "OperationNotSupported",
+    "PathOutsideRoot",
     "PayloadTypeError",
     "ProducerBlockedQuotaExceededError",
     "ProducerBlockedQuotaExceededException",
@@ -241,6 +259,7 @@ __all__ = [
     "ProducerQueueIsFull",
     "PulsarException",
     "Result",
+    "SegmentCorrupted",
     "SubscriptionNotFound",
     "TenantNotFound",
     "Timeout",

@@ -4,8 +4,9 @@ Everything the library persists goes through a ``FileIO``: the transaction log, 
 cursor and registry state.  The interface is deliberately small so that an object-store
 implementation (conditional put for ``put_if_absent``) can follow the local one.
 
-Paths are POSIX-style strings relative to the storage root; they are built only from names that
-``broker_core.naming`` has validated, so they never escape the root.
+Paths are POSIX-style strings relative to the storage root, built from names ``broker_core.naming``
+validated and from paths the log decoders accept (segment names only); ``contained_path`` refuses any
+path that would still resolve outside the root (``PathOutsideRoot``), as a second line of defence.
 
 Durability rules (see ``docs/PROTOCOL.md``):
 - ``put_if_absent`` is the commit primitive: the file appears complete or not at all, and an
@@ -35,7 +36,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 from pyarrow import fs as pafs
 
-from broker_core.errors import BrokerPersistenceError, DirectoryGone, InvalidUrl
+from broker_core.errors import BrokerPersistenceError, DirectoryGone, InvalidUrl, PathOutsideRoot
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,24 @@ class FileStatus:
     path: str
     size_bytes: int
     mtime_ms: int
+
+
+def contained_path(root: str, path: str) -> str:
+    """``root/path`` as an absolute normalised path, refusing any ``path`` that resolves outside ``root``.
+
+    Every ``FileIO`` operation goes through this, a second line of defence behind the decoders that
+    accept only the path forms the protocol allows: a ``..`` part, an absolute path or a drive
+    letter that leaves the root raises ``PathOutsideRoot`` before anything is read or written.
+    The check is lexical (no system call); ``delete`` additionally resolves symbolic links.
+    """
+    full = os.path.normpath(os.path.join(root, path))
+    if full != root and not full.startswith(root.rstrip(os.sep) + os.sep):
+        raise PathOutsideRoot(
+            f"refusing to touch {path!r}: it resolves to {full!r}, outside the storage root {root!r}; "
+            "the path came from damaged metadata (run `pubsub topics check`)",
+            path=path,
+        )
+    return full
 
 
 class FileIO(Protocol):
@@ -116,11 +135,14 @@ class LocalFileIO:
                 "check the path and its permissions",
                 root=self._root,
             ) from exc
-        if not os.access(self._root, os.W_OK | os.X_OK):
+        if not os.access(self._root, os.R_OK | os.X_OK):
             raise BrokerPersistenceError(
-                f"the storage root {self._root!r} is not writable; fix its permissions or pick another root",
+                f"the storage root {self._root!r} is not readable; fix its permissions or pick another root",
                 root=self._root,
             )
+        # a read-only root (a read-only mount, a snapshot) opens for reading: peek, stats, readers; a
+        # write then fails with BrokerPersistenceError naming the file (docs/DECISIONS.md)
+        self.writable = os.access(self._root, os.W_OK | os.X_OK)
 
     @property
     def root(self) -> str:
@@ -131,7 +153,7 @@ class LocalFileIO:
         return "file://" + self._root
 
     def abs_path(self, path: str) -> str:
-        return os.path.join(self._root, path)
+        return contained_path(self._root, path)
 
     def read_bytes(self, path: str) -> bytes | None:
         try:
@@ -221,8 +243,17 @@ class LocalFileIO:
             return []
 
     def delete(self, path: str) -> bool:
+        full = self.abs_path(path)
+        # a symbolic link inside the root may point outside it: deletion resolves it before unlinking
+        real_parent = os.path.realpath(os.path.dirname(full))
+        real_root = os.path.realpath(self._root)
+        if real_parent != real_root and not real_parent.startswith(real_root.rstrip(os.sep) + os.sep):
+            raise PathOutsideRoot(
+                f"refusing to delete {path!r}: its directory resolves to {real_parent!r}, outside the "
+                f"storage root {real_root!r}", path=path,
+            )
         try:
-            os.unlink(self.abs_path(path))
+            os.unlink(full)
             return True
         except FileNotFoundError:
             return False
@@ -368,4 +399,4 @@ def file_io_for(service_url: str, *, fsync: bool = True) -> LocalFileIO:
     )
 
 
-__all__ = ["FileIO", "FileStatus", "LocalFileIO", "file_io_for"]
+__all__ = ["FileIO", "FileStatus", "LocalFileIO", "contained_path", "file_io_for"]

@@ -29,8 +29,10 @@ from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import (
     ConsumerBusy,
     InvalidConfiguration,
+    LogCorrupted,
     NotAllowedError,
     PulsarException,
+    SegmentCorrupted,
     Timeout,
 )
 from broker_core.message import Message
@@ -112,6 +114,8 @@ class Consumer(ConsumerBase):
         self._closed = False
         self._paused = False
         self._errors: deque[PulsarException] = deque(maxlen=10)
+        self._damage: LogCorrupted | None = None  # damaged storage: raised once by receive (see _run)
+        self._damage_seen: set[str] = set()
         self._last_renew = time.monotonic()
         self._last_ack_flush = time.monotonic()
         self._last_discovery = time.monotonic()
@@ -155,6 +159,9 @@ class Consumer(ConsumerBase):
                     self._check_open()
                 if self._queue:
                     return self._take()
+                if self._damage is not None:  # every good message before it was delivered first
+                    damage, self._damage = self._damage, None
+                    raise damage
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise Timeout(
@@ -351,6 +358,9 @@ class Consumer(ConsumerBase):
                     if self._closed:
                         break
                     self._tick()
+            except LogCorrupted as exc:  # damage does not heal by itself: tell the application, once
+                self._report_damage(exc)
+                time.sleep(self._poll_s)
             except PulsarException as exc:  # keep going: storage hiccups must not kill the consumer
                 self._errors.append(exc)
                 time.sleep(self._poll_s)
@@ -361,6 +371,18 @@ class Consumer(ConsumerBase):
                 time.sleep(self._poll_s)
             self._wake.wait(self._poll_s)
             self._wake.clear()
+
+    def _report_damage(self, exc: LogCorrupted) -> None:
+        """Hand damaged storage (a corrupt segment, a log gap) to the next ``receive`` and log it, once
+        per distinct error: the dispatch loop keeps retrying quietly (a repair may fix it), it never
+        prints a traceback per poll."""
+        if str(exc) in self._damage_seen:
+            return
+        self._damage_seen.add(str(exc))
+        _LOG.error("consumer %s on %s cannot read on: %s", self._name, self._topic_label, exc)
+        with self._cv:
+            self._damage = exc
+            self._cv.notify_all()
 
     def _tick(self) -> None:
         now_s = time.monotonic()
@@ -466,7 +488,16 @@ class Consumer(ConsumerBase):
             else:
                 self._seen.pop(index, None)
             if offsets:
-                self._deliver(index, part, part.messages_for(offsets, cursor))
+                try:
+                    msgs = part.messages_for(offsets, cursor)
+                except SegmentCorrupted as exc:  # in order: deliver what precedes the damage, stop there
+                    damaged_from = int(exc.context.get("offset", offsets[0]))
+                    part.read_pos = damaged_from
+                    good = [o for o in offsets if o < damaged_from]
+                    if good:
+                        self._deliver(index, part, part.messages_for(good, cursor))
+                    raise
+                self._deliver(index, part, msgs)
 
     def _read_in_order(
         self, part: SubscriptionPart, index: int, cursor: Cursor, now_ms: int, space: int

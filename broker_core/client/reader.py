@@ -160,8 +160,7 @@ class Reader:
                 if part.position >= snap.next_offset:
                     continue
                 end = min(part.position + self._queue_size, snap.next_offset)
-                table, offsets = part.log.read(part.position, end, snapshot=snap)
-                part.position = end
+                table, offsets, part.position = part.log.read_until(part.position, end, snapshot=snap)
                 self._next_part = (self._next_part + step + 1) % n
                 if not len(offsets):
                     continue
@@ -227,8 +226,7 @@ class Reader:
                     end = min(part.position + remaining, snap.next_offset)
                     if end <= part.position:
                         continue
-                    table, offsets = part.log.read(part.position, end, snapshot=snap)
-                    part.position = end
+                    table, offsets, part.position = part.log.read_until(part.position, end, snapshot=snap)
                     entries, batches = part.log.ids_for_offsets(offsets, snapshot=snap)
                 n = table.num_rows
                 table = (table.append_column("partition", pa.array(np.full(n, part.index, dtype=np.int32)))

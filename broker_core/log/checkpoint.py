@@ -28,7 +28,7 @@ from broker_core.log.segment_ref import (
     SegmentRef,
     layout_to_str,
 )
-from broker_core.log.snapshot import Snapshot, assemble_snapshot
+from broker_core.log.snapshot import Snapshot, assemble_snapshot, check_segment_path
 from broker_core.storage import FileIO
 
 LOG_DIR = "_delta_log"
@@ -206,8 +206,10 @@ def _add_rows(snapshot: Snapshot) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=CHECKPOINT_SCHEMA)
 
 
-def _segments_from(adds: pa.StructArray) -> list[SegmentRef]:
+def _segments_from(adds: pa.StructArray, where: str, version: int) -> list[SegmentRef]:
     paths = adds.field("path").to_pylist()
+    for path in paths:
+        check_segment_path(path, version=version, action="add", where=where)
     sizes = adds.field("size").to_pylist()
     mtimes = adds.field("modificationTime").to_pylist()
     tags = adds.field("tags")
@@ -269,7 +271,7 @@ def read_checkpoint(io_: FileIO, table_path: str, version: int) -> Snapshot | No
     add_column = table.column("add").combine_chunks()
     add_valid = add_column.is_valid()
     try:
-        segments = _segments_from(add_column.filter(add_valid))
+        segments = _segments_from(add_column.filter(add_valid), f"checkpoint {path!r}", version)
     except (KeyError, ValueError) as exc:  # e.g. deltalake's checkpoint after a foreign append
         raise LogCorrupted(
             f"checkpoint {path!r} adds a file without valid pubsub tags ({exc!r}): a foreign writer changed "
@@ -280,6 +282,7 @@ def read_checkpoint(io_: FileIO, table_path: str, version: int) -> Snapshot | No
     for row in table.filter(pc.invert(add_valid)).to_pylist():
         if row.get("remove"):
             r = row["remove"]
+            check_segment_path(r["path"], version=version, action="remove", where=f"checkpoint {path!r}")
             actions.append(
                 Remove(
                     path=r["path"],
