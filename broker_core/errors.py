@@ -30,6 +30,10 @@ class PulsarException(Exception):
         for name, value in context.items():
             setattr(self, name, value)
 
+    def error(self) -> Result:
+        """The ``Result`` code of this error, as ``pulsar.asyncio.PulsarException.error()`` gives."""
+        return result_for(self)
+
 
 # --- bad input -------------------------------------------------------------------------------------
 
