@@ -165,11 +165,15 @@ class Producer:
             _settle(fut, error, result)
 
     async def flush(self) -> None:
-        """Commit everything queued so far and wait until it is durable."""
+        """Commit everything queued so far and wait until it is durable (after the sends before it)."""
+        if self._producer._closed:
+            return  # closing flushed everything; nothing can be queued since
         await asyncio.get_running_loop().run_in_executor(self._lane, self._producer.flush)
 
     async def close(self) -> None:
-        """Flush, stop the sender and give up the registration."""
+        """Flush, stop the sender and give up the registration (a second close does nothing)."""
+        if self._producer._closed:
+            return
         await asyncio.get_running_loop().run_in_executor(self._lane, self._producer.close)
         self._lane.shutdown(wait=False)
 

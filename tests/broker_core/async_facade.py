@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 import broker_core.asyncio as aio
-from broker_core import Message, MessageId, Timeout, result_for
+from broker_core import Client, Message, MessageId, Timeout, result_for
 from broker_core.errors import Result
 
 T = TypeVar("T")
@@ -63,18 +63,12 @@ class SyncProducer:
     def send_async(
         self, content: Any, callback: Callable[[Result, MessageId | None], None] | None, **kwargs: Any
     ) -> None:
-        async def go() -> None:
-            try:
-                msg_id = await self._p.send(content, **kwargs)
-            except Exception as exc:  # handed to the callback, as the sync send_async does
-                if callback is not None:
-                    callback(result_for(exc), None)
-                return
-            if callback is not None:
-                callback(Result.Ok, msg_id)
-
-        # scheduled in call order; the async producer queues sends in the order they start
-        self._run(_started(go()))
+        # scheduled in call order; the async producer queues sends in the order they start.  A send
+        # refused before it was queued (a closed producer) raises here, as the sync send_async does.
+        task = self._run(_started(self._p.send(content, **kwargs)))
+        if task.done() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+        self._run(_started(_report(task, callback)))
 
     def flush(self) -> None:
         self._run(self._p.flush())
@@ -86,15 +80,28 @@ class SyncProducer:
         return getattr(self._p, name)
 
 
-_TASKS: set[asyncio.Task[None]] = set()
+_TASKS: set[asyncio.Task[Any]] = set()
 
 
-async def _started(coro: Coroutine[Any, Any, None]) -> None:
-    """Start ``coro`` as a task and return once it has run up to its first wait."""
+async def _started(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """Start ``coro`` as a task and return it once it has run up to its first wait."""
     task = asyncio.ensure_future(coro)
     _TASKS.add(task)
     task.add_done_callback(_TASKS.discard)
     await asyncio.sleep(0)
+    return task
+
+
+async def _report(task: asyncio.Task[MessageId], callback: Callable[[Result, MessageId | None], None] | None) -> None:
+    """Hand a send's outcome to a ``send_async`` callback."""
+    try:
+        msg_id = await task
+    except Exception as exc:  # the callback gets the failure, as with the sync send_async
+        if callback is not None:
+            callback(result_for(exc), None)
+        return
+    if callback is not None:
+        callback(Result.Ok, msg_id)
 
 
 class SyncConsumer:
@@ -211,4 +218,28 @@ def any_client(request: pytest.FixtureRequest, make: Callable[..., Any], *args: 
             client.close()
 
 
-__all__ = ["BOTH_CLIENTS", "LoopThread", "SyncClient", "any_client"]
+class ClientMaker:
+    """Makes clients of one kind (``Client`` or the async one behind ``SyncClient``) and disposes
+    of the async ones' loop threads at teardown."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._made: list[SyncClient] = []
+
+    def __call__(self, service_url: str, **kwargs: Any) -> Any:
+        if self.kind == "sync":
+            return Client(service_url, **kwargs)
+        facade = SyncClient(service_url, **kwargs)
+        self._made.append(facade)
+        return facade
+
+    def dispose(self) -> None:
+        for facade in self._made:
+            facade.dispose()
+
+
+BOTH_CLIENT_CLASSES = pytest.mark.parametrize("client_class", ["sync", "async"], indirect=True)
+"""Run a test that makes its clients with the ``client_class`` fixture against both clients."""
+
+
+__all__ = ["BOTH_CLIENTS", "BOTH_CLIENT_CLASSES", "ClientMaker", "LoopThread", "SyncClient", "any_client"]
