@@ -28,7 +28,7 @@ from typing import Self
 import numpy as np
 import numpy.typing as npt
 
-from broker_core.errors import ConsumerBusy, InvalidConfiguration
+from broker_core.errors import ConsumerAssignError, ConsumerBusy, InvalidConfiguration
 from broker_core.hashing import murmur3_32_hash
 
 HASH_RANGE_SIZE = 65536
@@ -289,7 +289,7 @@ def _split_for(regions: list[tuple[int, int, str]], name: str) -> list[tuple[int
     start, end, owner = regions[at]
     size = end - start + 1
     if size < 2:
-        raise ConsumerBusy(
+        raise ConsumerAssignError(
             f"Key_Shared consumer {name!r} cannot join: every hash range is a single slot "
             f"({len(regions)} consumers already share the {HASH_RANGE_SIZE} slots)"
         )
@@ -452,7 +452,7 @@ def _check_disjoint(consumers: tuple[KeySharedConsumer, ...], regions: list[tupl
             (early, early_range), (late, late_range) = sorted(
                 [(a, widest[:2]), (b, region[:2])], key=lambda pair: (pair[0].join_order, pair[0].name)
             )
-            raise ConsumerBusy(
+            raise ConsumerAssignError(
                 f"Key_Shared STICKY consumer {late.name!r} range {list(late_range)} overlaps range "
                 f"{list(early_range)} of consumer {early.name!r}; sticky ranges must be disjoint"
             )

@@ -196,7 +196,7 @@ def messages_from_rows(
             event_ms or 0,
             deliver_ms,
             version,
-            trusted_id(partition, ledger_id, entry, batch),
+            trusted_id(partition, ledger_id, entry, batch, topic),
             topic,
             0,
             schema,

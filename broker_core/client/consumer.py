@@ -30,6 +30,7 @@ from broker_core.errors import (
     ConsumerBusy,
     InvalidConfiguration,
     NotAllowedError,
+    OperationNotSupported,
     PulsarException,
     Timeout,
 )
@@ -75,6 +76,7 @@ class Consumer(ConsumerBase):
         self._type = consumer_type
         self._queue_size = receiver_queue_size
         self._refill_below = receiver_queue_size // 2  # the dispatcher refills the queue below this
+        self._receiving = 0  # receive() calls waiting now: a zero queue fetches only for them
         self._listener = message_listener
         self._ack_timeout_s = None if not unacked_messages_timeout_ms else unacked_messages_timeout_ms / 1000
         self._nack_delay_ms = negative_ack_redelivery_delay_ms
@@ -159,7 +161,23 @@ class Consumer(ConsumerBase):
                     raise Timeout(
                         f"no message on {self._topic_label} within {timeout_millis} ms", topic=self._topic_label
                     )
-                self._cv.wait(timeout=remaining)
+                if self._queue_size:
+                    self._cv.wait(timeout=remaining)
+                    continue
+                self._receiving += 1  # a zero queue: ask the dispatcher for one message now
+                self._wake.set()
+                try:
+                    self._cv.wait(timeout=remaining)
+                finally:
+                    self._receiving -= 1
+
+    def batch_receive(self) -> list[Message]:
+        if not self._queue_size:
+            raise InvalidConfiguration(
+                "batch_receive cannot be used with receiver_queue_size=0 (nothing is fetched ahead); "
+                "subscribe with a receiver queue of at least 1", argument="receiver_queue_size",
+            )
+        return super().batch_receive()
 
     # -- acknowledgment ---------------------------------------------------------------------------
 
@@ -168,10 +186,19 @@ class Consumer(ConsumerBase):
             return message._source, message._chunk_offsets or [message._offset]
         if not isinstance(message, MessageId):
             raise InvalidConfiguration(f"expected a Message or MessageId, got {type(message).__name__}")
+        topic = message._topic
+        if topic is None and len(self._parts) > 1:  # as the official client's multi-topics consumer
+            raise OperationNotSupported(
+                f"message id {message} carries no topic, and {self._topic_label} spans several topics or "
+                "partitions; acknowledge the Message, its message_id(), or "
+                "MessageId.deserialize(data, topic=...)", topic=self._topic_label,
+            )
         for (source, _), (msg, _) in list(self._unacked.items()):
-            if msg.message_id() == message:
+            if msg.message_id() == message and (topic is None or msg._topic == topic):
                 return source, msg._chunk_offsets or [msg._offset]
         for index, part in enumerate(self._parts):
+            if topic is not None and part.display_topic != topic and len(self._parts) > 1:
+                continue
             if part.partition == message.partition() and part.log.snapshot().ledger_id == message.ledger_id():
                 return index, [part.log.offset_for_message_id(message, inclusive=True)]
         raise InvalidConfiguration(f"message id {message} does not belong to {self._topic_label}")
@@ -442,9 +469,16 @@ class Consumer(ConsumerBase):
                 part.read_pos = min(part.read_pos, min(offsets))
             self._seen.pop(source, None)
 
+    def _capacity(self) -> int:
+        """The receiver queue's size; with ``receiver_queue_size=0``, one message per waiting
+        ``receive`` (or one for the message listener), as Pulsar's zero-queue consumer asks."""
+        if self._queue_size:
+            return self._queue_size
+        return 1 if self._listener is not None else self._receiving
+
     def _fill(self, now_ms: int) -> None:
         for index, part in enumerate(self._parts):
-            space = self._queue_size - len(self._queue)
+            space = self._capacity() - len(self._queue)
             if space <= 0:
                 return
             version, cursor = part.store.load()

@@ -76,7 +76,7 @@ def subscribe(client: Client, topic: Any = "t", sub: str = "s", **kwargs: Any) -
         {"consumer_type": "Shared"},
         {"consumer_type": 1},
         {"receiver_queue_size": "10"},
-        {"receiver_queue_size": 0},
+        {"receiver_queue_size": -1},
         {"consumer_name": 5},
         {"unacked_messages_timeout_ms": 500},
         {"unacked_messages_timeout_ms": "1000"},
@@ -720,9 +720,19 @@ def test_regex_subscription_picks_up_a_topic_created_later(client: Client) -> No
     consumer.close()
 
 
+def test_regex_pattern_short_forms_are_in_public_default_or_the_named_namespace(client: Client) -> None:
+    """As the official client reads short topic names: '<regex>' and 'tenant/namespace/<regex>'."""
+    send_all(client, "orders-eu", ["eu"])
+    send_all(client, "audit", ["audit"])
+    for pattern, sub in ((re.compile("orders-.*"), "a"), (re.compile("public/default/orders-.*"), "b")):
+        consumer = client.subscribe(pattern, sub, initial_position=EARLIEST)
+        assert values(drain(consumer)) == ["eu"]
+        consumer.close()
+
+
 def test_regex_pattern_needs_a_namespace(client: Client) -> None:
-    with pytest.raises(ValueError):
-        client.subscribe(re.compile("orders-.*"), "s")
+    with pytest.raises(ValueError, match="must name its namespace"):
+        client.subscribe(re.compile("default/orders-.*"), "s")
 
 
 # -- subscription modes --------------------------------------------------------------------------------------
