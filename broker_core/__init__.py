@@ -6,9 +6,19 @@
 from __future__ import annotations
 
 from broker_core.admin import Admin
+from broker_core.authentication import (
+    Authentication,
+    AuthenticationAthenz,
+    AuthenticationBasic,
+    AuthenticationIgnoredWarning,
+    AuthenticationOauth2,
+    AuthenticationTLS,
+    AuthenticationToken,
+)
 from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client import BatchingType, Client, Producer, Reader
 from broker_core.client.consumer import Consumer
+from broker_core.client.loggers import ConsoleLogger, FileLogger, LoggerLevel
 from broker_core.client.policies import (
     ConsumerBatchReceivePolicy,
     ConsumerDeadLetterPolicy,
@@ -19,6 +29,7 @@ from broker_core.client.policies import (
 )
 from broker_core.client.table_view import TableView
 from broker_core.config import BrokerConfig, load_broker_config
+from broker_core.crypto import ConsumerCryptoFailureAction, CryptoKeyReader
 from broker_core.cursor import ConsumerType
 from broker_core.errors import (
     AlreadyClosed,
@@ -92,7 +103,14 @@ __all__ = [
     "Admin",
     "AlreadyClosed",
     "AlreadyExists",
+    "Authentication",
+    "AuthenticationAthenz",
+    "AuthenticationBasic",
     "AuthenticationError",
+    "AuthenticationIgnoredWarning",
+    "AuthenticationOauth2",
+    "AuthenticationTLS",
+    "AuthenticationToken",
     "AuthorizationError",
     "BatchingType",
     "BrokerConfig",
@@ -104,19 +122,23 @@ __all__ = [
     "CommitConflict",
     "CompressionType",
     "ConnectError",
+    "ConsoleLogger",
     "Consumer",
     "ConsumerAssignError",
     "ConsumerBatchReceivePolicy",
     "ConsumerBusy",
+    "ConsumerCryptoFailureAction",
     "ConsumerDeadLetterPolicy",
     "ConsumerKeySharedPolicy",
     "ConsumerNotFound",
     "ConsumerNotInitialized",
     "ConsumerType",
     "CryptoError",
+    "CryptoKeyReader",
     "CumulativeAcknowledgementNotAllowedError",
     "DataLoss",
     "ErrorGettingAuthenticationData",
+    "FileLogger",
     "HashingScheme",
     "IncompatibleSchema",
     "InitialPosition",
@@ -128,6 +150,7 @@ __all__ = [
     "InvalidUrl",
     "KeySharedMode",
     "LogCorrupted",
+    "LoggerLevel",
     "LookupError",
     "MemoryBufferIsFull",
     "Message",

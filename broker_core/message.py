@@ -131,6 +131,11 @@ class Message:
     def sequence_id(self) -> int:
         return -1 if self._sequence_id is None else self._sequence_id
 
+    def encryption_context(self) -> None:
+        """The official client's end-to-end encryption details: None for a message that was not
+        encrypted, which is every message here (producers refuse ``encryption_key``)."""
+        return None
+
     def __repr__(self) -> str:
         size = "null" if self._data is None else f"{len(self._data)}B"
         return f"Message(id={self._message_id}, topic={self._topic!r}, key={self._key!r}, value={size})"
