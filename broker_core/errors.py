@@ -217,8 +217,9 @@ class ChecksumError(LogCorrupted):
 
 
 class BrokerMetadataError(BrokerPersistenceError):
-    """A metadata file of the root (policies, partitioned-topic metadata, broker configuration) is
-    not there in a form this library can read."""
+    """Official name for broken broker metadata.  Not raised yet: an unreadable metadata file of the
+    root (policies, partition metadata, broker configuration) raises ``InvalidConfiguration`` or
+    ``LogCorrupted``, naming the file."""
 
 
 # --- the official client's remaining names -----------------------------------------------------------

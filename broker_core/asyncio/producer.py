@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -22,6 +23,8 @@ from broker_core.client.builder import PendingMessage
 from broker_core.client.producer import Producer as CoreProducer
 from broker_core.errors import Timeout
 from broker_core.message_id import MessageId
+
+_POLICY_MARGIN_S = 0.05  # queue on the loop only if the policy cache outlives the call by this much
 
 
 class Producer:
@@ -85,10 +88,17 @@ class Producer:
         if self._producer._closed:
             enqueue()  # raises AlreadyClosed at once, before any I/O (the lane is shut down)
         with self._lock:
-            self._backlog.append((enqueue, done))
-            start = not self._draining
-            self._draining = True
-        if start:
+            inline = not self._draining and self._can_queue_inline()
+            if not inline:
+                self._backlog.append((enqueue, done))
+                start = not self._draining
+                self._draining = True
+        if inline:
+            try:
+                enqueue()
+            except BaseException as exc:  # the send's own error (bad argument, queue full)
+                done.set_exception(exc)
+        elif start:
             self._lane.submit(self._drain, loop)
         timeout_s = self._producer._send_timeout_s
         if timeout_s is not None:
@@ -123,6 +133,16 @@ class Producer:
                 )
         if inflight:
             self._timer = loop.call_at(inflight[0][0], self._expire, loop)
+
+    def _can_queue_inline(self) -> bool:
+        """Whether queueing now is an in-memory append that cannot wait or read storage: no send
+        waits on the lane (order), the cached policies stay fresh (they are re-read from storage
+        once a second), and no queue is full (``block_if_queue_full`` would wait).  Then the loop
+        queues the message itself and skips the thread hop."""
+        core = self._producer
+        if core._chunking or time.monotonic() + _POLICY_MARGIN_S >= core._policy_expires:
+            return False
+        return not any(core._full(index, 1) for index in range(len(core._queues)))
 
     def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the lane: queue every backlogged send in order (one hop for many sends)."""

@@ -33,6 +33,7 @@ from broker_core import (
 )
 from broker_core.asyncio.pump import Pump
 from broker_core.producer_registry import ProducerAccessMode
+from broker_core.storage import LocalFileIO
 
 T = TypeVar("T")
 EARLIEST = InitialPosition.Earliest
@@ -130,50 +131,56 @@ def test_pump_hands_a_value_taken_for_a_cancelled_waiter_to_the_next_one() -> No
     assert asyncio.run(main()) == [b"a", b"b"]
 
 
-def test_blocking_work_runs_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every call into the core that may touch storage happens on a thread other than the loop's."""
-    from broker_core.client.client import Client as CoreClient
-    from broker_core.client.consumer import Consumer as CoreConsumer
-    from broker_core.client.producer_queue import ProducerQueueing
-    from broker_core.client.reader import Reader as CoreReader
+def test_storage_is_never_touched_on_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file operation of a whole session (create, send, receive, ack by id, seek, read,
+    unsubscribe, close) happens on a thread other than the loop's.  Sends queue on the loop only
+    while the producer's cached policies are fresh; a stale cache sends them through the lane."""
+    calls: list[tuple[str, int]] = []
+    loop_running = threading.Event()
 
-    threads: dict[str, set[int]] = {}
-
-    def spy(cls: type, name: str) -> None:
-        original = getattr(cls, name)
+    def spy(name: str) -> None:
+        original = getattr(LocalFileIO, name)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            threads.setdefault(name, set()).add(threading.get_ident())
+            if loop_running.is_set():
+                calls.append((name, threading.get_ident()))
             return original(*args, **kwargs)
 
-        monkeypatch.setattr(cls, name, wrapper)
+        monkeypatch.setattr(LocalFileIO, name, wrapper)
 
-    for name in ("create_producer", "subscribe", "create_reader", "close"):
-        spy(CoreClient, name)
-    for name in ("seek", "unsubscribe", "get_last_message_id", "receive"):
-        spy(CoreConsumer, name)
-    for name in ("read_next", "has_message_available"):
-        spy(CoreReader, name)
-    spy(ProducerQueueing, "_enqueue")
+    for name in ("read_bytes", "exists", "stat", "put_if_absent", "write_new", "replace", "list_dir", "delete",
+                 "open_input"):
+        spy(name)
+    # constructed before the loop runs: the constructor opens the root, as the sync one does
+    client = aio.Client(str(tmp_path), broker_config=BrokerConfig(fsync_enabled=False))
 
-    async def body(client: aio.Client) -> int:
+    async def body() -> int:
+        loop_running.set()
         producer = await client.create_producer("t")
-        await producer.send(b"a")
-        consumer = await client.subscribe("t", "s", initial_position=EARLIEST)
-        await asyncio.wait_for(consumer.receive(), WAIT_S)
+        ids = [await producer.send(b"a")]
+        producer._producer._policy_expires = 0.0  # stale: the next send must not re-read them here
+        client._client._broker.policies._cache.clear()  # (nor find them in the store's own cache)
+        ids.append(await producer.send(b"b"))
+        consumer = await client.subscribe(["t", "u"], "s", initial_position=EARLIEST)
+        first = await asyncio.wait_for(consumer.receive(), WAIT_S)
+        await consumer.acknowledge(first.message_id())
+        await consumer.negative_acknowledge(first.message_id())
         await consumer.seek(MessageId.earliest)
         await consumer.get_last_message_id()
         reader = await client.create_reader("t", MessageId.earliest)
         assert await reader.has_message_available()
         assert (await asyncio.wait_for(reader.read_next(), WAIT_S)).data() == b"a"
-        await consumer.unsubscribe()
+        await reader.close()
+        await consumer.close()
+        await producer.close()
+        await client.close()
+        loop_running.clear()
         return threading.get_ident()
 
-    loop_thread = run(tmp_path, body)
-    assert set(threads) >= {"create_producer", "subscribe", "create_reader", "close", "seek", "unsubscribe",
-                            "get_last_message_id", "read_next", "has_message_available", "_enqueue"}
-    for name, idents in threads.items():
-        assert loop_thread not in idents, f"{name} ran on the event loop"
+    loop_thread = asyncio.run(asyncio.wait_for(body(), 60))
+    assert {name for name, _ in calls} >= {"read_bytes", "put_if_absent", "open_input"}
+    on_loop = sorted({name for name, ident in calls if ident == loop_thread})
+    assert on_loop == [], f"storage calls on the event loop: {on_loop}"
 
 
 def test_errors_are_the_sync_clients(tmp_path: Path) -> None:
