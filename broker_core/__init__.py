@@ -29,7 +29,7 @@ from broker_core.client.policies import (
 )
 from broker_core.client.table_view import TableView
 from broker_core.config import BrokerConfig, load_broker_config
-from broker_core.crypto import ConsumerCryptoFailureAction, CryptoKeyReader
+from broker_core.crypto import ConsumerCryptoFailureAction, CryptoKeyReader, EncryptionContext, EncryptionKey
 from broker_core.cursor import ConsumerType
 from broker_core.errors import (
     AlreadyClosed,
@@ -137,6 +137,8 @@ __all__ = [
     "CryptoKeyReader",
     "CumulativeAcknowledgementNotAllowedError",
     "DataLoss",
+    "EncryptionContext",
+    "EncryptionKey",
     "ErrorGettingAuthenticationData",
     "FileLogger",
     "HashingScheme",

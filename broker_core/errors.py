@@ -275,8 +275,8 @@ class TopicTerminated(PulsarException):
 
 
 class CryptoError(PulsarException):
-    """End-to-end encryption failed.  Never raised: end-to-end encryption is not supported
-    (``encryption_key`` and ``crypto_key_reader`` are refused with ``OperationNotSupported``)."""
+    """End-to-end encryption failed: a key cannot be read or is not an RSA key (at
+    ``create_producer``), or a reader cannot decrypt a message and its failure action is FAIL."""
 
 
 class IncompatibleSchema(PulsarException):

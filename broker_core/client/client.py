@@ -37,7 +37,7 @@ from broker_core.client.subscribe import subscribe
 from broker_core.client.table_view import TableView
 from broker_core.clock import SYSTEM_CLOCK, Clock
 from broker_core.config import BrokerConfig
-from broker_core.crypto import ConsumerCryptoFailureAction
+from broker_core.crypto import ConsumerCryptoFailureAction, CryptoKeyReader, MessageDecryptor, MessageEncryptor
 from broker_core.cursor import ConsumerType
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported
 from broker_core.hashing import HashingScheme
@@ -204,8 +204,17 @@ class Client:
             )
         check_type(ProducerAccessMode, access_mode, "access_mode")
         check_type(HashingScheme, hashing_scheme, "hashing_scheme")
+        encryptor = None
         if encryption_key is not None or crypto_key_reader is not None:
-            raise OperationNotSupported("end-to-end encryption is not supported; encrypt payloads in the application")
+            if encryption_key is None or crypto_key_reader is None:
+                raise InvalidConfiguration(
+                    "end-to-end encryption needs both encryption_key (the key name) and crypto_key_reader"
+                )
+            if chunking_enabled:
+                raise OperationNotSupported("end-to-end encryption with chunking is not supported; turn one off")
+            if not TopicName.parse(check_type(str, topic, "topic")).is_persistent:
+                raise OperationNotSupported("end-to-end encryption applies to persistent topics only")
+            encryptor = MessageEncryptor(encryption_key, crypto_key_reader)  # CryptoError if the key is unusable
         if message_router is not None and not callable(message_router):
             raise InvalidConfiguration(f"argument 'message_router' must be callable, got {message_router!r}")
         if batching_enabled and chunking_enabled:
@@ -263,6 +272,7 @@ class Client:
             access_mode=access_mode,
             properties=props,
         )
+        producer._encryptor = encryptor  # before any send: the caller has not seen the producer yet
         with self._lock:
             self._handles.add(producer)
         return producer
@@ -294,9 +304,10 @@ class Client:
         check_type(bool, is_read_compacted, "is_read_compacted")
         check_type(bool, start_message_id_inclusive, "start_message_id_inclusive")
         check_type_or_none(ConsumerCryptoFailureAction, crypto_failure_action, "crypto_failure_action")
-        if crypto_key_reader is not None:
-            raise OperationNotSupported("end-to-end encryption is not supported")
+        check_type_or_none(CryptoKeyReader, crypto_key_reader, "crypto_key_reader")
         if not TopicName.parse(check_type(str, topic, "topic")).is_persistent:  # docs/NON_PERSISTENT.md
+            if crypto_key_reader is not None:
+                raise OperationNotSupported("end-to-end encryption applies to persistent topics only")
             if is_read_compacted:
                 raise InvalidConfiguration(
                     f"is_read_compacted=True can only be used with persistent topics; {topic} is "
@@ -325,6 +336,7 @@ class Client:
             reader_listener=reader_listener,
             poll_interval_ms=self._poll_ms,
             read_compacted=is_read_compacted,
+            decryptor=MessageDecryptor(crypto_key_reader, crypto_failure_action),
         )
         with self._lock:
             self._handles.add(reader)
@@ -400,8 +412,7 @@ class Client:
         check_type(bool, auto_ack_oldest_chunked_message_on_queue_full, "auto_ack_oldest_chunked_message_on_queue_full")
         check_type(bool, batch_index_ack_enabled, "batch_index_ack_enabled")
         check_type_or_none(ConsumerCryptoFailureAction, crypto_failure_action, "crypto_failure_action")
-        if crypto_key_reader is not None:
-            raise OperationNotSupported("end-to-end encryption is not supported")
+        check_type_or_none(CryptoKeyReader, crypto_key_reader, "crypto_key_reader")
         consumer = subscribe(
             self,
             topic,
@@ -426,6 +437,7 @@ class Client:
             retry_enable=retry_enable,
             subscription_mode=subscription_mode,
             negative_ack_backoff=negative_ack_backoff,
+            decryptor=MessageDecryptor(crypto_key_reader, crypto_failure_action),
         )
         with self._lock:
             self._handles.add(consumer)

@@ -25,6 +25,7 @@ from broker_core.client.consumer_base import ConsumerBase
 from broker_core.client.dead_letters import DeadLetters
 from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.subscription_part import SubscriptionPart
+from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
 from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import (
     ConsumerBusy,
@@ -67,6 +68,7 @@ class Consumer(ConsumerBase):
         start_message_id_inclusive: bool,
         discover: Callable[[], list[SubscriptionPart]] | None = None,
         discovery_period_s: float = 60.0,
+        decryptor: MessageDecryptor | None = None,
     ) -> None:
         self._client = client
         self._parts = parts
@@ -86,6 +88,7 @@ class Consumer(ConsumerBase):
         self._inclusive = start_message_id_inclusive
         self._discover = discover
         self._discovery_period_s = discovery_period_s
+        self._decryptor = decryptor or MessageDecryptor(None, None)  # encrypted messages: broker_core/crypto.py
         config = client._broker.config
         self._lease_ms = config.consumer_lease_ms
         self._delayed = config.delayed_delivery_enabled and consumer_type in (
@@ -550,10 +553,26 @@ class Consumer(ConsumerBase):
             return taken, drained, claimed
         return offsets, drained, cursor
 
+    def _crypto_failed(self, index: int, msg: Message, outcome: Outcome) -> None:
+        """DISCARD: acknowledge it unseen.  FAIL (HOLD): keep it from the application, unacknowledged
+        (the subscription hands it out again once this consumer leaves), and say why."""
+        assert self._decryptor.last_error is not None
+        if outcome is Outcome.DISCARD:
+            with self._cv:
+                self._pending_acks.setdefault(index, []).extend(msg._chunk_offsets or [msg._offset])
+            return
+        self._errors.append(self._decryptor.last_error)
+        _LOG.warning("consumer %s: %s (crypto_failure_action=FAIL)", self._name, self._decryptor.last_error)
+
     def _deliver(self, index: int, part: SubscriptionPart, msgs: list[Message]) -> None:
         ready: list[Message] = []
         for msg in msgs:
             msg._source = index
+            if msg._properties and ENCRYPTION_PROPERTY in msg._properties:
+                outcome = self._decryptor.open(msg)
+                if outcome is not Outcome.DELIVER:
+                    self._crypto_failed(index, msg, outcome)
+                    continue
             if self._dead_letters is not None and self._dead_letters.over_limit(msg):
                 self._dead_letters.send_to_dlq(msg, part)
                 with self._cv:

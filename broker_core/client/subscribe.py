@@ -34,6 +34,7 @@ from broker_core.client.policies import (
 )
 from broker_core.client.subscription_part import MemoryCursorStore, Store, SubscriptionPart
 from broker_core.compacted_view import CompactedTopic
+from broker_core.crypto import MessageDecryptor
 from broker_core.cursor import ConsumerType, Cursor
 from broker_core.cursor_store import validate_subscription_name
 from broker_core.errors import InvalidConfiguration, OperationNotSupported
@@ -154,6 +155,7 @@ def subscribe(
     retry_enable: bool,
     subscription_mode: SubscriptionMode,
     negative_ack_backoff: MultiplierRedeliveryBackoff | None,
+    decryptor: MessageDecryptor | None = None,
 ) -> Consumer:
     """Create a consumer (see ``Client.subscribe`` for the arguments)."""
     validate_subscription_name(subscription_name)
@@ -221,6 +223,8 @@ def subscribe(
             "(use a receiver_queue_size of 1 or more)", argument="receiver_queue_size",
         )
     if is_non_persistent_subscription(topics, pattern):  # in memory, this process: docs/NON_PERSISTENT.md
+        if decryptor is not None and decryptor.has_reader:
+            raise OperationNotSupported("end-to-end encryption applies to persistent topics only")
         if is_read_compacted:
             raise InvalidConfiguration("is_read_compacted=True can only be used with persistent topics",
                                        argument="is_read_compacted")
@@ -269,7 +273,7 @@ def subscribe(
         negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms, negative_ack_backoff=negative_ack_backoff,
         batch_receive_policy=batch_receive_policy, dead_letters=dead_letters,
         start_message_id_inclusive=start_message_id_inclusive, discover=discover,
-        discovery_period_s=float(pattern_auto_discovery_period),
+        discovery_period_s=float(pattern_auto_discovery_period), decryptor=decryptor,
     )
 
 

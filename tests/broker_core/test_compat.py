@@ -176,14 +176,11 @@ def test_loggers_of_every_official_kind_are_accepted(tmp_path: Path) -> None:
         Client(str(tmp_path), logger=logger).close()
 
 
-def test_encryption_stays_refused_and_failure_actions_are_type_checked(client: Client) -> None:
-    reader = CryptoKeyReader("pub.pem", "priv.pem")
-    with pytest.raises(OperationNotSupported, match="encryption"):
-        client.create_producer("t", encryption_key="app-key", crypto_key_reader=reader)
-    with pytest.raises(OperationNotSupported):
-        client.subscribe("t", "s", crypto_key_reader=reader)
+def test_crypto_arguments_are_type_checked(client: Client) -> None:
     with pytest.raises(ValueError, match="crypto_failure_action"):
         client.subscribe("t", "s", crypto_failure_action="FAIL")
+    with pytest.raises(ValueError, match="crypto_key_reader"):
+        client.create_reader("t", MessageId.earliest, crypto_key_reader=("pub.pem", "priv.pem"))
     client.subscribe("t", "s", crypto_failure_action=ConsumerCryptoFailureAction.DISCARD).close()
 
 
@@ -194,7 +191,7 @@ def test_message_id_wrap_and_encryption_context(client: Client) -> None:
     send_all(client, "t", ["a"])
     consumer = client.subscribe("t", "s", initial_position=EARLIEST)
     msg = consumer.receive(WAIT_MS)
-    assert msg.encryption_context() is None  # nothing is encrypted here
+    assert msg.encryption_context() is None  # not encrypted
     wrapped = MessageId.wrap(msg.message_id())
     assert wrapped == msg.message_id() and wrapped._topic == msg.topic_name()
     with pytest.raises(ValueError, match=r"MessageId\.wrap"):
