@@ -212,3 +212,24 @@ def test_the_asyncio_client_encrypts_and_decrypts_too(tmp_path: Path, keys: dict
         return got
 
     assert asyncio.run(main()) == [SECRET + b"-%d" % i for i in range(5)]
+
+
+def test_a_golden_encrypted_root_stays_readable(tmp_path: Path) -> None:
+    """A root written by this version (tests/broker_core/data/encrypted_root, with its test-only key
+    pair): later versions must still decrypt it, and plain readers must still see ciphertext."""
+    import shutil
+
+    golden = Path(__file__).parent / "data" / "encrypted_root"
+    shutil.copytree(golden / "root", tmp_path / "root")
+    reader = CryptoKeyReader(str(golden / "test-only-public.pem"), str(golden / "test-only-private.pem"))
+    client = Client(str(tmp_path / "root"), broker_config=BrokerConfig(fsync_enabled=False))
+    try:
+        consumer = client.subscribe("orders", "s", initial_position=EARLIEST, crypto_key_reader=reader)
+        msgs = [consumer.receive(WAIT_MS) for _ in range(3)]
+        assert [m.data() for m in msgs] == [b"golden secret %d" % i for i in range(3)]
+        assert [(m.properties(), m.partition_key()) for m in msgs] == [({"n": str(i)}, f"k{i}") for i in range(3)]
+        assert [m.encryption_context().keys()[0].key for m in msgs] == ["golden-key"] * 3  # type: ignore[union-attr]
+        raw = client.create_reader("orders", MessageId.earliest).read_batch(10)
+        assert not any(b"golden secret" in v for v in raw.column("value").to_pylist())
+    finally:
+        client.close()
