@@ -175,6 +175,7 @@ class Consumer(ConsumerBase):
                     self._receiving -= 1
 
     def batch_receive(self) -> list[Message]:
+        """As ``ConsumerBase.batch_receive``; refused on a zero queue, as the official clients do."""
         if not self._queue_size:
             raise InvalidConfiguration(
                 "batch_receive cannot be used with receiver_queue_size=0 (nothing is fetched ahead); "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -248,6 +249,23 @@ def test_a_zero_queue_consumer_fetches_only_for_a_waiting_receive(client: Client
     zero.close()
     with pytest.raises(AlreadyClosed):
         zero.receive(10)
+
+
+def test_a_zero_queue_consumer_feeds_a_message_listener(client: Client) -> None:
+    got: list[bytes] = []
+    all_in = threading.Event()
+
+    def listener(consumer: Any, msg: Any) -> None:
+        got.append(msg.data())
+        consumer.acknowledge(msg)
+        if len(got) == 3:
+            all_in.set()
+
+    zero = client.subscribe("t", "s", receiver_queue_size=0, message_listener=listener)
+    send_all(client, "t", ["a", "b", "c"])
+    assert all_in.wait(WAIT_MS / 1000)
+    assert got == [b"a", b"b", b"c"]
+    zero.close()
 
 
 def test_a_zero_queue_needs_one_non_partitioned_topic(tmp_path: Path, client: Client) -> None:
