@@ -68,10 +68,6 @@ class Pump(Generic[T]):
         fut.add_done_callback(self._forget)
         return fut
 
-    def offer(self, value: T) -> None:
-        """Put back a value taken on the loop for a caller that went away (keeps it first in line)."""
-        self._ready.appendleft(value)
-
     def reposition(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` (a seek, on an executor thread) with no take in flight, then drop what was
         taken before it.
