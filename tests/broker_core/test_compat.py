@@ -277,3 +277,41 @@ def test_a_zero_queue_needs_one_non_partitioned_topic(tmp_path: Path, client: Cl
     send_all(client, "a", ["x"])
     assert reader.read_next(WAIT_MS).data() == b"x"
     reader.close()
+
+
+class _Foreign:
+    """A value of a type no argument accepts."""
+
+
+def _keyword_parameters(fn: Any, skip: set[str]) -> list[str]:
+    import inspect
+
+    return [name for name in inspect.signature(fn).parameters if name not in skip | {"self"}]
+
+
+def test_every_wrongly_typed_keyword_argument_is_a_value_error(tmp_path: Path, client: Client) -> None:
+    """CLIENT.md's promise, checked for every keyword of the entry points rather than a sample."""
+    calls: list[tuple[str, Any]] = []
+    for name in _keyword_parameters(Client.__init__, {"service_url"}):
+        calls.append((f"Client({name})", lambda n=name: Client(str(tmp_path), **{n: _Foreign()})))
+    for name in _keyword_parameters(Client.create_producer, {"topic"}):
+        calls.append((f"create_producer({name})", lambda n=name: client.create_producer("t", **{n: _Foreign()})))
+    for name in _keyword_parameters(Client.subscribe, {"topic", "subscription_name"}):
+        calls.append((f"subscribe({name})", lambda n=name: client.subscribe("t", "s", **{n: _Foreign()})))
+    for name in _keyword_parameters(Client.create_reader, {"topic", "start_message_id"}):
+        calls.append((f"create_reader({name})",
+                      lambda n=name: client.create_reader("t", MessageId.earliest, **{n: _Foreign()})))
+    producer = client.create_producer("t")
+    for name in _keyword_parameters(producer.send, {"content"}):
+        calls.append((f"send({name})", lambda n=name: producer.send(b"x", **{n: _Foreign()})))
+    assert len(calls) > 80  # every keyword of the five entry points
+    accepted = []
+    for label, call in calls:
+        try:
+            call()
+            accepted.append(label)
+        except ValueError:
+            pass
+    assert accepted == []
+    with pytest.raises(TypeError):
+        producer.send("text")  # a payload that is not bytes, with the bytes schema
