@@ -56,6 +56,8 @@ class Consumer:
     def _take_queued(self) -> Message | None:
         """The next queued message if one is ready now (in memory, no waiting), else None."""
         core = self._consumer
+        if core._listener is not None:
+            return None  # the listener owns the queue; the core's receive() says so
         with core._cv:
             if core._queue and not core._closed:
                 msg: Message = core._take()

@@ -209,6 +209,9 @@ def test_errors_are_the_sync_clients(tmp_path: Path) -> None:
         with pytest.raises(AlreadyClosed):
             await producer.send(b"x")
         assert aio.PulsarException is PulsarException
+        listened = await client.subscribe("t", "l", message_listener=lambda c, m: None)
+        with pytest.raises(InvalidConfiguration, match="message_listener"):
+            await asyncio.wait_for(listened.receive(), WAIT_S)
 
     run(tmp_path, body)
 
