@@ -36,7 +36,15 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 from pyarrow import fs as pafs
 
-from broker_core.errors import BrokerPersistenceError, DirectoryGone, InvalidUrl, PathOutsideRoot
+from broker_core.errors import (
+    AuthorizationError,
+    BrokerPersistenceError,
+    ConnectError,
+    DirectoryGone,
+    InvalidUrl,
+    PathOutsideRoot,
+    ReadError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,13 +138,14 @@ class LocalFileIO:
         try:
             os.makedirs(self._root, exist_ok=True)
         except OSError as exc:
-            raise BrokerPersistenceError(
+            error = AuthorizationError if isinstance(exc, PermissionError) else ConnectError
+            raise error(
                 f"cannot create or open the storage root {self._root!r}: {exc.strerror}; "
                 "check the path and its permissions",
                 root=self._root,
             ) from exc
         if not os.access(self._root, os.R_OK | os.X_OK):
-            raise BrokerPersistenceError(
+            raise AuthorizationError(
                 f"the storage root {self._root!r} is not readable; fix its permissions or pick another root",
                 root=self._root,
             )
@@ -356,7 +365,11 @@ class LocalFileIO:
             os.close(fd)
 
     def _error(self, what: str, path: str, exc: OSError) -> BrokerPersistenceError:
-        return BrokerPersistenceError(
+        """The error of a failed storage call: ``AuthorizationError`` when permissions refused it,
+        ``ReadError`` for other failed reads, else ``BrokerPersistenceError``."""
+        error = (AuthorizationError if isinstance(exc, PermissionError)
+                 else ReadError if what == "read" else BrokerPersistenceError)
+        return error(
             f"storage {what} failed for {path!r} under {self._root!r}: {exc.strerror or exc}",
             path=path,
         )

@@ -25,12 +25,14 @@ from broker_core.client.consumer_base import ConsumerBase
 from broker_core.client.dead_letters import DeadLetters
 from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.subscription_part import SubscriptionPart
+from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
 from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import (
     ConsumerBusy,
     InvalidConfiguration,
     LogCorrupted,
     NotAllowedError,
+    OperationNotSupported,
     PulsarException,
     SegmentCorrupted,
     Timeout,
@@ -68,6 +70,7 @@ class Consumer(ConsumerBase):
         start_message_id_inclusive: bool,
         discover: Callable[[], list[SubscriptionPart]] | None = None,
         discovery_period_s: float = 60.0,
+        decryptor: MessageDecryptor | None = None,
     ) -> None:
         self._client = client
         self._parts = parts
@@ -77,6 +80,7 @@ class Consumer(ConsumerBase):
         self._type = consumer_type
         self._queue_size = receiver_queue_size
         self._refill_below = receiver_queue_size // 2  # the dispatcher refills the queue below this
+        self._receiving = 0  # receive() calls waiting now: a zero queue fetches only for them
         self._listener = message_listener
         self._ack_timeout_s = None if not unacked_messages_timeout_ms else unacked_messages_timeout_ms / 1000
         self._nack_delay_ms = negative_ack_redelivery_delay_ms
@@ -86,6 +90,7 @@ class Consumer(ConsumerBase):
         self._inclusive = start_message_id_inclusive
         self._discover = discover
         self._discovery_period_s = discovery_period_s
+        self._decryptor = decryptor or MessageDecryptor(None, None)  # encrypted messages: broker_core/crypto.py
         config = client._broker.config
         self._lease_ms = config.consumer_lease_ms
         self._delayed = config.delayed_delivery_enabled and consumer_type in (
@@ -167,7 +172,24 @@ class Consumer(ConsumerBase):
                     raise Timeout(
                         f"no message on {self._topic_label} within {timeout_millis} ms", topic=self._topic_label
                     )
-                self._cv.wait(timeout=remaining)
+                if self._queue_size:
+                    self._cv.wait(timeout=remaining)
+                    continue
+                self._receiving += 1  # a zero queue: ask the dispatcher for one message now
+                self._wake.set()
+                try:
+                    self._cv.wait(timeout=remaining)
+                finally:
+                    self._receiving -= 1
+
+    def batch_receive(self) -> list[Message]:
+        """As ``ConsumerBase.batch_receive``; refused on a zero queue, as the official clients do."""
+        if not self._queue_size:
+            raise InvalidConfiguration(
+                "batch_receive cannot be used with receiver_queue_size=0 (nothing is fetched ahead); "
+                "subscribe with a receiver queue of at least 1", argument="receiver_queue_size",
+            )
+        return super().batch_receive()
 
     # -- acknowledgment ---------------------------------------------------------------------------
 
@@ -176,10 +198,19 @@ class Consumer(ConsumerBase):
             return message._source, message._chunk_offsets or [message._offset]
         if not isinstance(message, MessageId):
             raise InvalidConfiguration(f"expected a Message or MessageId, got {type(message).__name__}")
+        topic = message._topic
+        if topic is None and len(self._parts) > 1:  # as the official client's multi-topics consumer
+            raise OperationNotSupported(
+                f"message id {message} carries no topic, and {self._topic_label} spans several topics or "
+                "partitions; acknowledge the Message, its message_id(), or "
+                "MessageId.deserialize(data, topic=...)", topic=self._topic_label,
+            )
         for (source, _), (msg, _) in list(self._unacked.items()):
-            if msg.message_id() == message:
+            if msg.message_id() == message and (topic is None or msg._topic == topic):
                 return source, msg._chunk_offsets or [msg._offset]
         for index, part in enumerate(self._parts):
+            if topic is not None and part.display_topic != topic and len(self._parts) > 1:
+                continue
             if part.partition == message.partition() and part.log.snapshot().ledger_id == message.ledger_id():
                 return index, [part.log.offset_for_message_id(message, inclusive=True)]
         raise InvalidConfiguration(f"message id {message} does not belong to {self._topic_label}")
@@ -465,9 +496,16 @@ class Consumer(ConsumerBase):
                 part.read_pos = min(part.read_pos, min(offsets))
             self._seen.pop(source, None)
 
+    def _capacity(self) -> int:
+        """The receiver queue's size; with ``receiver_queue_size=0``, one message per waiting
+        ``receive`` (or one for the message listener), as Pulsar's zero-queue consumer asks."""
+        if self._queue_size:
+            return self._queue_size
+        return 1 if self._listener is not None else self._receiving
+
     def _fill(self, now_ms: int) -> None:
         for index, part in enumerate(self._parts):
-            space = self._queue_size - len(self._queue)
+            space = self._capacity() - len(self._queue)
             if space <= 0:
                 return
             version, cursor = part.store.load()
@@ -549,10 +587,26 @@ class Consumer(ConsumerBase):
             return taken, drained, claimed
         return offsets, drained, cursor
 
+    def _crypto_failed(self, index: int, msg: Message, outcome: Outcome) -> None:
+        """DISCARD: acknowledge it unseen.  FAIL (HOLD): keep it from the application, unacknowledged
+        (the subscription hands it out again once this consumer leaves), and say why."""
+        assert self._decryptor.last_error is not None
+        if outcome is Outcome.DISCARD:
+            with self._cv:
+                self._pending_acks.setdefault(index, []).extend(msg._chunk_offsets or [msg._offset])
+            return
+        self._errors.append(self._decryptor.last_error)
+        _LOG.warning("consumer %s: %s (crypto_failure_action=FAIL)", self._name, self._decryptor.last_error)
+
     def _deliver(self, index: int, part: SubscriptionPart, msgs: list[Message]) -> None:
         ready: list[Message] = []
         for msg in msgs:
             msg._source = index
+            if msg._properties and ENCRYPTION_PROPERTY in msg._properties:
+                outcome = self._decryptor.open(msg)
+                if outcome is not Outcome.DELIVER:
+                    self._crypto_failed(index, msg, outcome)
+                    continue
             if self._dead_letters is not None and self._dead_letters.over_limit(msg):
                 self._dead_letters.send_to_dlq(msg, part)
                 with self._cv:

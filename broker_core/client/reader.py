@@ -19,7 +19,8 @@ import pyarrow as pa
 
 from broker_core.client.args import check_type
 from broker_core.compacted_view import CompactedTopic, ViewSlice
-from broker_core.errors import AlreadyClosed, InvalidConfiguration, Timeout
+from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
+from broker_core.errors import AlreadyClosed, CryptoError, InvalidConfiguration, Timeout
 from broker_core.log.snapshot import Snapshot
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.message_id import MessageId
@@ -64,6 +65,7 @@ class Reader:
         reader_listener: Callable[[Reader, Message], None] | None,
         poll_interval_ms: int,
         read_compacted: bool = False,
+        decryptor: MessageDecryptor | None = None,
     ) -> None:
         self._client = client
         self._topic = topic
@@ -79,6 +81,7 @@ class Reader:
             for i, p in enumerate(partitions)
         ]
         self._buffer: deque[Message] = deque()
+        self._decryptor = decryptor or MessageDecryptor(None, None)  # encrypted messages: broker_core/crypto.py
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._closed = False
@@ -169,10 +172,33 @@ class Reader:
                 table, offsets, entries, batches, ledger_id=snap.ledger_id, partition=part.index,
                 topic=str(part.name) if self._partitioned else str(self._topic), schema=self._schema,
             )
-            self._buffer.extend(_assemble_chunks(part, table, msgs))
+            self._buffer.extend(self._open_encrypted(_assemble_chunks(part, table, msgs)))
             if self._buffer:
                 return True
         return bool(self._buffer)
+
+    def _open_encrypted(self, msgs: list[Message]) -> list[Message]:
+        """Decrypt what was encrypted; DISCARD drops a message that cannot be, FAIL (HOLD) puts its
+        ``CryptoError`` in its place, which ``read_next`` raises (the reader has moved past it)."""
+        if not any(msg._properties and ENCRYPTION_PROPERTY in msg._properties for msg in msgs):
+            return msgs
+        out: list[Any] = []
+        for msg in msgs:
+            if msg._properties and ENCRYPTION_PROPERTY in msg._properties:
+                outcome = self._decryptor.open(msg)
+                if outcome is Outcome.DISCARD:
+                    continue
+                if outcome is Outcome.HOLD:
+                    out.append(self._decryptor.last_error)
+                    continue
+            out.append(msg)
+        return out
+
+    def _pop(self) -> Message:
+        item: Any = self._buffer.popleft()
+        if isinstance(item, CryptoError):
+            raise item
+        return item
 
     def read_next(self, timeout_millis: int | None = None) -> Message:
         """The next message; waits up to ``timeout_millis`` (forever if None), else ``Timeout``."""
@@ -184,11 +210,11 @@ class Reader:
             self._check_open()
             with self._lock:
                 if self._buffer or self._fetch():
-                    return self._buffer.popleft()
+                    return self._pop()
             self._wake.clear()
             with self._lock:  # a commit may have landed between the fetch and the clear
                 if self._buffer or self._fetch():
-                    return self._buffer.popleft()
+                    return self._pop()
             wait = self._poll_s
             if deadline is not None:
                 remaining = deadline - time.monotonic()

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from broker_core.errors import LogCorrupted
+from broker_core.errors import ChecksumError, LogCorrupted
 from broker_core.log.actions import Action, Add, Format, Metadata, Protocol, Remove, Txn
 from broker_core.log.segment_ref import (
     TAG_BASE_ENTRY_ID,
@@ -267,7 +267,9 @@ def read_checkpoint(io_: FileIO, table_path: str, version: int) -> Snapshot | No
     try:
         table = pq.read_table(io_.open_input(path))
     except (OSError, pa.ArrowInvalid) as exc:
-        raise LogCorrupted(f"checkpoint {path!r} is unreadable: {exc}", version=version) from exc
+        # damaged bytes are what the network client calls a checksum failure; a refused read is not
+        error = LogCorrupted if isinstance(exc, PermissionError) else ChecksumError
+        raise error(f"checkpoint {path!r} is unreadable: {exc}", version=version) from exc
     add_column = table.column("add").combine_chunks()
     add_valid = add_column.is_valid()
     try:
