@@ -50,6 +50,7 @@ from broker_core.errors import (
     TenantNotFound,
     Timeout,
     TopicDeleted,
+    RootNotFound,
     TopicNotFound,
     result_for,
 )
@@ -119,6 +120,7 @@ __all__ = [
     "Timeout",
     "TopicDeleted",
     "TopicName",
+    "RootNotFound",
     "TopicNotFound",
     "load_broker_config",
     "result_for",

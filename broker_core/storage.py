@@ -55,6 +55,14 @@ class FileIO(Protocol):
         """A URI naming the storage root (``file:///abs/path``)."""
         ...
 
+    def root_status(self) -> str:
+        """``"directory"`` if the root exists, ``"missing"``, or ``"not a directory"``."""
+        ...
+
+    def make_root(self) -> None:
+        """Create the root (only when the user asked for it)."""
+        ...
+
     def read_bytes(self, path: str) -> bytes | None:
         """Return the file's bytes, or ``None`` if it does not exist."""
         ...
@@ -100,7 +108,7 @@ class LocalFileIO:
     """``FileIO`` over a local (or mounted shared) folder.
 
     Args:
-        root: absolute or relative folder; created if missing.
+        root: absolute or relative folder (``root_check.open_root`` checks it exists or creates it).
         fsync: fsync files and directories on writes (turn off only for throwaway data).
     """
 
@@ -108,19 +116,29 @@ class LocalFileIO:
         self._root = os.path.abspath(root)
         self._fsync = fsync
         self._fs = pafs.LocalFileSystem()
-        try:
-            os.makedirs(self._root, exist_ok=True)
-        except OSError as exc:
-            raise BrokerPersistenceError(
-                f"cannot create or open the storage root {self._root!r}: {exc.strerror}; "
-                "check the path and its permissions",
-                root=self._root,
-            ) from exc
-        if not os.access(self._root, os.W_OK | os.X_OK):
+        # the root is neither created nor required here: ``root_check.open_root`` decides (a missing
+        # root is an error unless the caller asked to create it)
+        if os.path.isdir(self._root) and not os.access(self._root, os.W_OK | os.X_OK):
             raise BrokerPersistenceError(
                 f"the storage root {self._root!r} is not writable; fix its permissions or pick another root",
                 root=self._root,
             )
+
+    def root_status(self) -> str:
+        """``"directory"``, ``"missing"`` or ``"not a directory"`` (what ``open_root`` checks)."""
+        if os.path.isdir(self._root):
+            return "directory"
+        return "not a directory" if os.path.exists(self._root) else "missing"
+
+    def make_root(self) -> None:
+        """Create the root folder (and its parents); only on the caller's explicit request."""
+        try:
+            os.makedirs(self._root, exist_ok=True)
+        except OSError as exc:
+            raise BrokerPersistenceError(
+                f"cannot create the storage root {self._root!r}: {exc.strerror}; check the path and its permissions",
+                root=self._root,
+            ) from exc
 
     @property
     def root(self) -> str:

@@ -27,6 +27,7 @@ class PubSubBatchReader(DataSourceReader):
                 )
         self.options = options
         self.planner = PartitionPlanner(options)
+        self.planner.require_topics()
         start = parse_starting_offsets(self.planner, options, default="earliest")
         if options.ending_timestamp is not None:
             if options.ending_offsets is not None:

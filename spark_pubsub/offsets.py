@@ -16,7 +16,7 @@ from broker_core.broker import Broker
 from broker_core.client.subscription_part import SubscriptionPart
 from broker_core.compacted_view import CompactedTopic
 from broker_core.cursor import ConsumerType, Cursor
-from broker_core.errors import InvalidConfiguration, InvalidTopicName, OperationNotSupported
+from broker_core.errors import DataLoss, InvalidConfiguration, InvalidTopicName, OperationNotSupported, TopicNotFound
 from broker_core.message import BytesSchema
 from broker_core.naming import TopicName
 from broker_core.ranges import RangeSet
@@ -42,11 +42,16 @@ class PartitionPlanner:
         self.options = options
         self._broker: Broker | None = None
         self._topics: list[tuple[TopicName, str, int]] = []
+        self.missing: list[str] = []  # subscribed topics that do not exist (waitForTopic, or gone)
+        self._resolved = False
+        self._stale = False  # an internal topic's log vanished: resolve the topics again
+        self._partition_logs: set[str] = set()  # partitions of existing partitioned topics
         self._discovered_s = 0.0
         self._parts: dict[str, SubscriptionPart] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_broker": None, "_topics": [], "_discovered_s": 0.0, "_parts": {}}
+        return {"options": self.options, "_broker": None, "_topics": [], "missing": [], "_resolved": False,
+                "_stale": False, "_partition_logs": set(), "_discovered_s": 0.0, "_parts": {}}
 
     # -- topics -------------------------------------------------------------------------------------
 
@@ -61,10 +66,15 @@ class PartitionPlanner:
         return self.options.lease_renew_ms or self.broker.config.consumer_lease_ms
 
     def internal_topics(self) -> list[tuple[TopicName, str, int]]:
-        """(internal topic, display name, partition index) of every subscribed topic, refreshed for
-        pattern subscriptions at most once a second so new matching topics are picked up."""
+        """(internal topic, display name, partition index) of every subscribed topic that exists.
+
+        A read never creates a topic: the missing ones are listed in ``missing`` (``require_topics``
+        makes that an error where it is one).  Re-resolved at most once a second while a topic is
+        missing, a log vanished (deleted) or a pattern subscription may match new topics.
+        """
         now = time.monotonic()
-        if self._topics and (self.options.topics_pattern is None or now - self._discovered_s < _DISCOVERY_S):
+        settled = self.options.topics_pattern is None and not self.missing and not self._stale
+        if self._resolved and (settled or now - self._discovered_s < _DISCOVERY_S):
             return self._topics
         self._discovered_s = now
         option = ("topicsPattern" if self.options.topics_pattern else "topics" if self.options.topics
@@ -85,28 +95,111 @@ class PartitionPlanner:
             names = names + [f"{TopicName.parse(n)}-{self.options.subscription}-RETRY" for n in names
                              if not n.endswith("-RETRY")]
         out: list[tuple[TopicName, str, int]] = []
+        missing: list[str] = []
+        partition_logs: set[str] = set()
         for name in names:
             topic = TopicName.parse(name)
             if not topic.is_persistent:
                 raise OperationNotSupported(f"{topic} is non-persistent: Spark reads persistent topics only")
-            partitions = self.broker.partitions(topic)
+            try:
+                partitions = self.broker.partitions(topic, auto_create=False)
+            except TopicNotFound:
+                if not name.endswith("-RETRY"):  # a retry letter topic appears with its first retry
+                    missing.append(str(topic))
+                continue
             partitioned = len(partitions) > 1 or partitions[0] != topic
             for index, part in enumerate(partitions):
                 out.append((part, str(part), index if partitioned else -1))
-        self._topics = out
+                if partitioned:
+                    partition_logs.add(str(part))
+        self._partition_logs = partition_logs
+        self._topics, self.missing, self._stale, self._resolved = out, missing, False, True
         return out
 
+    def require_topics(self, checkpointed: dict[str, Any] | None = None) -> None:
+        """``TopicNotFound`` for a subscribed topic that does not exist, unless ``waitForTopic``.
+
+        A topic with ``checkpointed`` positions existed when the query read it: that is for
+        ``check_data_loss`` (``failOnDataLoss``) to judge, not an error here.
+        """
+        self.internal_topics()
+        held = checkpointed or {}
+        missing = [t for t in self.missing if not any(name.startswith(t) for name in held)]
+        if missing and not self.options.wait_for_topic:
+            raise TopicNotFound(
+                f"topic {', '.join(missing)} does not exist (under {self.options.root}); a read never "
+                "creates a topic: create it ('pubsub topics create ...') or produce to it first, or, for a "
+                "streaming query, set .option('waitForTopic', 'true') to wait for it to appear",
+                topic=missing[0],
+            )
+
     def _log(self, name: TopicName) -> Any:
-        return self.broker.topic_log(name)
+        """The topic's log handle.  Only the partition logs of a partitioned topic that exists are
+        created (they appear with their first message); a topic never is."""
+        return self.broker.topic_log(name, create=str(name) in self._partition_logs)
+
+    def _bounds(self, name: TopicName) -> tuple[int, int] | None:
+        """(first, next) offset of an internal topic; None once its log was deleted (re-resolve then).
+
+        A partition of a partitioned topic whose log was never written is empty, not missing.
+        """
+        try:
+            snap = self.broker.topic_log(name, create=False).snapshot()
+        except TopicNotFound:
+            snap = None
+        if snap is None or snap.deleted:
+            if snap is None and str(name) in self._partition_logs and self.broker.admin.partitioned_topic_metadata(
+                    name.partitioned_topic_name):
+                return 0, 0
+            self._stale = True
+            return None
+        return snap.first_offset, snap.next_offset
+
+    def bounds(self) -> dict[str, tuple[int, int]]:
+        """(first, next) offset of every existing internal topic, by display name."""
+        out = {}
+        for topic, display, _ in self.internal_topics():
+            found = self._bounds(topic)
+            if found is not None:
+                out[display] = found
+        return out
 
     def latest_positions(self) -> dict[str, int]:
-        return {display: self._log(t).snapshot().next_offset for t, display, _ in self.internal_topics()}
+        return {name: end for name, (_, end) in self.bounds().items()}
 
     def earliest_positions(self) -> dict[str, int]:
-        return {display: self._log(t).snapshot().first_offset for t, display, _ in self.internal_topics()}
+        return {name: first for name, (first, _) in self.bounds().items()}
 
     def timestamp_positions(self, timestamp_ms: int) -> dict[str, int]:
-        return {display: self._log(t).offset_for_publish_time(timestamp_ms) for t, display, _ in self.internal_topics()}
+        present = self.bounds()
+        return {display: self._log(t).offset_for_publish_time(timestamp_ms)
+                for t, display, _ in self.internal_topics() if display in present}
+
+    def check_data_loss(self, positions: dict[str, int], bounds: dict[str, tuple[int, int]]) -> dict[str, int]:
+        """Apply ``failOnDataLoss`` to a query's checkpointed positions against the topics as they are.
+
+        A position whose internal topic is gone (deleted) or lies past its end (the topic was deleted
+        and re-created) no longer exists: by default the query fails naming the topic and offset;
+        with ``failOnDataLoss=false`` it drops the position, or restarts that topic from its start.
+        """
+        lost = {name: pos for name, pos in positions.items() if name not in bounds or pos > bounds[name][1]}
+        if not lost:
+            return positions
+        if self.options.fail_on_data_loss:
+            detail = "; ".join(
+                f"{name} at offset {pos} ("
+                + ("the topic no longer exists" if name not in bounds else f"it now ends at {bounds[name][1]}")
+                + ")" for name, pos in sorted(lost.items()))
+            raise DataLoss(
+                f"the query's checkpointed offsets no longer exist: {detail}; the topic was deleted (or deleted "
+                "and re-created). Start a new checkpoint, or set .option('failOnDataLoss', 'false') to go on "
+                "from what there is", topic=next(iter(sorted(lost))), offsets=lost,
+            )
+        out = {name: pos for name, pos in positions.items() if name not in lost}
+        for name in lost:
+            if name in bounds:
+                out[name] = bounds[name][0]
+        return out
 
     # -- subscription -------------------------------------------------------------------------------
 
@@ -192,15 +285,20 @@ class PartitionPlanner:
         previous active consumer got to: such a batch says so in ``from`` (``plan`` reads
         ``[from, end)`` there), so the batch stays a pure function of its offsets.
         """
-        positions = dict(start.get("parts", {}))
-        latest = self.latest_positions()
-        earliest = self.earliest_positions()
+        checkpointed = dict(start.get("parts", {}))
+        self.require_topics(checkpointed)  # a topic deleted mid-query is failOnDataLoss's call
+        bounds = self.bounds()
+        positions = self.check_data_loss(checkpointed, bounds)
+        latest = {name: end for name, (_, end) in bounds.items()}
+        earliest = {name: first for name, (first, _) in bounds.items()}
+        # failOnDataLoss=false restarted a re-created topic from its start: the batch reads from there
+        restarted = {n: p for n, p in positions.items() if n in checkpointed and checkpointed[n] != p}
         marks: dict[str, int] = {}
         inactive: set[str] = set()
         failover = self.options.subscription is not None and self.options.subscription_type == "Failover"
         if consumer is not None and failover:
             marks, inactive = self._failover_view(consumer)
-        skips: dict[str, int] = {}
+        skips: dict[str, int] = dict(restarted)
         available: dict[str, int] = {}
         for name, last in latest.items():
             begin: int = positions.setdefault(name, earliest[name])  # new partition or topic: from its start
@@ -356,7 +454,7 @@ class PartitionPlanner:
                                     topic=display, partition=index, ranges=tuple(piece), slot_range=slot_range,
                                     fail_on_data_loss=self.options.fail_on_data_loss, redelivery=counts,
                                     compacted=None if view is None else (int(view[0]), str(view[1])))
-                    out.append(ScanPartition([task]))
+                    out.append(ScanPartition([task], include_headers=self.options.include_headers))
         return out
 
     def settle(self, consumer: str, start: dict[str, Any]) -> None:
@@ -462,8 +560,8 @@ def parse_offsets_spec(planner: PartitionPlanner, spec: str, option: str) -> dic
         raise InvalidConfiguration(f"option {option}: the JSON must be an object of topic to offset", option=option)
     earliest, latest = planner.earliest_positions(), planner.latest_positions()
     out = dict(latest if option == "endingOffsets" else earliest)
-    for name, value in given.items():
-        full = str(TopicName.parse(name)) if isinstance(name, str) else name
+    for name, value in _flatten_offsets(given, option, latest).items():
+        full = str(TopicName.parse(name))
         if full not in latest:
             raise InvalidConfiguration(
                 f"option {option}: {name!r} is not one of this query's internal topics: {sorted(latest)}",
@@ -473,6 +571,35 @@ def parse_offsets_spec(planner: PartitionPlanner, spec: str, option: str) -> dic
             raise InvalidConfiguration(f"option {option}: offset for {name!r} must be an int >= -2, got {value!r}",
                                        option=option)
         out[full] = earliest[full] if value == -2 else latest[full] if value == -1 else value
+    return out
+
+
+def _flatten_offsets(given: dict[Any, Any], option: str, known: dict[str, int]) -> dict[str, Any]:
+    """Offsets by internal topic from either JSON form: ``{"<internal topic>": offset}``, or Kafka's
+    ``{"<topic>": {"<partition number>": offset}}`` (partition 0 of a non-partitioned topic is the
+    topic itself)."""
+    out: dict[str, Any] = {}
+    for name, value in given.items():
+        if not isinstance(name, str):
+            raise InvalidConfiguration(f"option {option}: topic names must be strings, got {name!r}", option=option)
+        if not isinstance(value, dict):
+            out[name] = value
+            continue
+        topic = TopicName.parse(name)
+        for partition, offset in value.items():
+            try:
+                index = int(partition)
+            except (TypeError, ValueError):
+                index = -1
+            if index < 0:
+                raise InvalidConfiguration(
+                    f"option {option}: partition {partition!r} of {name!r} must be a partition number >= 0",
+                    option=option,
+                )
+            internal = str(topic.partition(index))
+            if internal not in known and index == 0 and str(topic) in known:
+                internal = str(topic)  # a non-partitioned topic is Kafka's partition 0
+            out[internal] = offset
     return out
 
 

@@ -142,7 +142,7 @@ class _PubSubWriter:
                 "option topic: say where to write with .option('topic', 'my-topic'), or add a string "
                 "column 'topic' to route each row", option="topic",
             )
-        broker = Broker.for_url(options.root)
+        broker = Broker.for_url(options.root, create_root=options.create_root)
         self._root = options.root
         self._topic = options.topic
         self._partitions = (_resolve_topic(broker, options.topic, where="option topic")

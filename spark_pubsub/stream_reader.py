@@ -125,6 +125,7 @@ class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets ------------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
+        self.planner.require_topics()
         self._ensure_joined()
         if self.claim_mode:
             return {"v": 1, "seq": 0, "clock": 0, "claims": {}}

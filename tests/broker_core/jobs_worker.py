@@ -58,7 +58,7 @@ WORKER = Path(__file__)
 
 
 def make_broker(root: Path, **config: Any) -> Broker:
-    return Broker.for_url(str(root), BrokerConfig(fsync_enabled=False, **config))
+    return Broker.for_url(str(root), BrokerConfig(fsync_enabled=False, **config), create_root=True)
 
 
 def log_of(broker: Broker, topic: str = T) -> TopicLog:
