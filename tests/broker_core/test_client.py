@@ -72,7 +72,7 @@ def test_file_url_names_the_same_root_as_the_path(tmp_path: Path) -> None:
 def test_a_missing_root_is_an_error_naming_it_and_creates_nothing(tmp_path: Path) -> None:
     typo = tmp_path / "roto"
     for url in (str(typo), typo.as_uri()):
-        with pytest.raises(RootNotFound, match="roto.*does not exist") as info:
+        with pytest.raises(RootNotFound, match=r"roto.*does not exist") as info:
             Client(url)
         assert isinstance(info.value, PulsarException)
         with pytest.raises(RootNotFound):

@@ -252,7 +252,7 @@ def test_root_uri_and_abs_path(tmp_path: Path) -> None:
 def test_a_missing_root_is_an_error_naming_it_unless_creating_it_was_asked(tmp_path: Path) -> None:
     missing = str(tmp_path / "typo")
     io = LocalFileIO(missing)
-    with pytest.raises(RootNotFound, match="typo.*does not exist") as info:
+    with pytest.raises(RootNotFound, match=r"typo.*does not exist") as info:
         open_root(io, missing, create_root=False)
     assert info.value.root == missing
     assert not (tmp_path / "typo").exists()
