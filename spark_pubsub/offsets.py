@@ -156,10 +156,18 @@ class PartitionPlanner:
         return snap.first_offset, snap.next_offset
 
     def bounds(self) -> dict[str, tuple[int, int]]:
-        """(first, next) offset of every existing internal topic, by display name."""
+        """(first, next) offset of every existing internal topic, by display name.
+
+        With ``readCompacted`` the first offset is where the compacted view starts
+        (``CompactedTopic.earliest``): the view keeps the latest value of every key after retention
+        removed the segments below its horizon, exactly as the client's compacted reader reads it.
+        """
         out = {}
         for topic, display, _ in self.internal_topics():
             found = self._bounds(topic)
+            if found is not None and self.options.read_compacted:
+                log = self.broker.topic_log(topic, create=False)
+                found = (CompactedTopic(log).earliest(log.snapshot()), found[1])
             if found is not None:
                 out[display] = found
         return out

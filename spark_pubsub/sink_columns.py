@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import (
@@ -121,8 +122,14 @@ class SinkColumns:
             raise _fail("deliverAfterMs", "cannot be given together with 'deliverAt': keep one of them")
         return cls(names=tuple(names), has_topic="topic" in names, deliver_after="deliverAfterMs" in names)
 
-    def to_bulk(self, table: pa.Table, *, now_ms: int, default_producer: str | None) -> pa.Table:
-        """Rename and convert a record batch's columns to ``broker_core.bulk.INPUT_COLUMNS``."""
+    def to_bulk(
+        self, table: pa.Table, *, now_ms: int, default_producer: str | None, first_sequence_id: int | None = None
+    ) -> pa.Table:
+        """Rename and convert a record batch's columns to ``broker_core.bulk.INPUT_COLUMNS``.
+
+        Without a ``sequenceId`` column the rows get ``first_sequence_id``, ``+1``, ... (the sink's
+        numbering, ``sequence_base``), so every message the sink writes has a sequence id.
+        """
         arrays: list[pa.Array | pa.ChunkedArray] = []
         names: list[str] = []
         for name in self.names:
@@ -140,6 +147,9 @@ class SinkColumns:
                 column = headers_as_properties(column)
             arrays.append(column)
             names.append(core)
+        if first_sequence_id is not None and "sequenceId" not in self.names:
+            arrays.append(pa.array(np.arange(first_sequence_id, first_sequence_id + table.num_rows, dtype=np.int64)))
+            names.append("sequence_id")
         if self.deliver_after:
             delay = table.column("deliverAfterMs").cast(pa.int64())
             arrays.append(pc.add(delay, pa.scalar(now_ms, pa.int64())))
@@ -182,4 +192,18 @@ def headers_as_properties(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pa.MapArray.from_arrays(offsets, keys.cast(pa.string()), values, mask=mask)
 
 
-__all__ = ["SINK_COLUMNS", "SinkColumns", "headers_as_properties"]
+ROWS_PER_TASK_BITS = 24
+"""A task's rows are numbered below ``2**24`` within its slot of the sequence id space..."""
+TASK_BITS = 16
+"""...and a micro-batch has ``2**16`` task slots: sequence id = batch, task, row (high to low bits)."""
+
+
+def sequence_base(batch_id: int, task: int) -> int:
+    """The first sequence id of a sink task: ``(batch_id, task, 0)`` packed so that the ids of later
+    micro-batches are higher, the same (batch, task) always numbers its rows the same way (a replayed
+    batch writes the same ids), and tasks never overlap (a task with more rows than its slot spills
+    into the next slot's range only beyond ``2**24`` rows)."""
+    return ((batch_id << TASK_BITS) | (task & ((1 << TASK_BITS) - 1))) << ROWS_PER_TASK_BITS
+
+
+__all__ = ["SINK_COLUMNS", "SinkColumns", "headers_as_properties", "sequence_base"]

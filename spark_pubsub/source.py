@@ -17,9 +17,10 @@ from pyspark.sql.types import StructType
 
 from spark_pubsub.options import SinkOptions, SourceOptions, parse_options
 from spark_pubsub.schema import source_schema
+from spark_pubsub.worker_import import WorkerImportable
 
 
-class PubSubDataSource(DataSource):
+class PubSubDataSource(DataSource, metaclass=WorkerImportable):
     """Topics on a spark-pubsub storage root as a Spark source and sink."""
 
     @classmethod
