@@ -43,15 +43,17 @@ class PartitionPlanner:
         self._broker: Broker | None = None
         self._topics: list[tuple[TopicName, str, int]] = []
         self.missing: list[str] = []  # subscribed topics that do not exist (waitForTopic, or gone)
+        self._awaited: list[str] = []  # retry letter topics not created yet
         self._resolved = False
         self._stale = False  # an internal topic's log vanished: resolve the topics again
-        self._partition_logs: set[str] = set()  # partitions of existing partitioned topics
+        # logs a read may create: partitions of existing partitioned topics, retry letter topics
+        self._partition_logs: set[str] = set()
         self._discovered_s = 0.0
         self._parts: dict[str, SubscriptionPart] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_broker": None, "_topics": [], "missing": [], "_resolved": False,
-                "_stale": False, "_partition_logs": set(), "_discovered_s": 0.0, "_parts": {}}
+                "_stale": False, "_partition_logs": set(), "_discovered_s": 0.0, "_parts": {}, "_awaited": []}
 
     # -- topics -------------------------------------------------------------------------------------
 
@@ -73,7 +75,8 @@ class PartitionPlanner:
         missing, a log vanished (deleted) or a pattern subscription may match new topics.
         """
         now = time.monotonic()
-        settled = self.options.topics_pattern is None and not self.missing and not self._stale
+        settled = (self.options.topics_pattern is None and not self.missing and not self._awaited
+                   and not self._stale)
         if self._resolved and (settled or now - self._discovered_s < _DISCOVERY_S):
             return self._topics
         self._discovered_s = now
@@ -96,24 +99,28 @@ class PartitionPlanner:
                              if not n.endswith("-RETRY")]
         out: list[tuple[TopicName, str, int]] = []
         missing: list[str] = []
+        awaited: list[str] = []
         partition_logs: set[str] = set()
         for name in names:
             topic = TopicName.parse(name)
             if not topic.is_persistent:
                 raise OperationNotSupported(f"{topic} is non-persistent: Spark reads persistent topics only")
+            # the retry letter topic of a retryEnable subscription is created with the subscription,
+            # as a Pulsar consumer with retry enabled does (per allowAutoTopicCreation); nothing else is
+            retry = bool(self.options.retry_enable) and name.endswith("-RETRY")
             try:
-                partitions = self.broker.partitions(topic, auto_create=False)
+                partitions = self.broker.partitions(topic, auto_create=retry)
             except TopicNotFound:
-                if not name.endswith("-RETRY"):  # a retry letter topic appears with its first retry
-                    missing.append(str(topic))
+                # a retry letter topic appears with its first retry: watched for, never an error
+                (awaited if name.endswith("-RETRY") else missing).append(str(topic))
                 continue
             partitioned = len(partitions) > 1 or partitions[0] != topic
             for index, part in enumerate(partitions):
                 out.append((part, str(part), index if partitioned else -1))
-                if partitioned:
+                if partitioned or retry:
                     partition_logs.add(str(part))
         self._partition_logs = partition_logs
-        self._topics, self.missing, self._stale, self._resolved = out, missing, False, True
+        self._topics, self.missing, self._awaited, self._stale, self._resolved = out, missing, awaited, False, True
         return out
 
     def require_topics(self, checkpointed: dict[str, Any] | None = None) -> None:

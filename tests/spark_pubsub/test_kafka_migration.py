@@ -84,7 +84,7 @@ def test_a_kafka_pipeline_round_trips_with_only_the_format_and_server_option_cha
                     "timestamp", "timestampType", "headers", "properties", "sequenceId")
         .collect()
     )
-    got = sorted((r.key, r.value, r.topic, r.partition) for r in rows)
+    got = sorted(((r.key, r.value, r.topic, r.partition) for r in rows), key=lambda t: (t[0] or "", t[1]))
     assert got == [(None, "v3", "persistent://public/default/orders", 1),
                    ("k1", "v1", "persistent://public/default/orders", 0),
                    ("k2", "v2", "persistent://public/default/orders", 1)]

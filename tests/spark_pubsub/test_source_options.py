@@ -381,7 +381,7 @@ def test_schema_and_every_column(spark: Any, root: str) -> None:
         msg = reader.read_next(1000)
         by_value[msg.data()] = (msg.message_id().to_admin_string(), msg.topic_name())
     client.close()
-    assert by_value == {v: (r.messageId, r.topic) for v, r in rows.items()}
+    assert by_value == {v: (r.messageId, r.internalTopic) for v, r in rows.items()}
 
 
 # -- offsets and timestamps of a bounded read ------------------------------------------------------------
