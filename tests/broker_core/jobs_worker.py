@@ -147,7 +147,7 @@ def expected_value(offset: int) -> bytes:
 def build_topic(root: str, *, old_segments: int, recent_segments: int, rows: int) -> Broker:
     """A topic of ``old + recent`` segments of ``rows`` messages (value ``p:<offset>``), three
     subscriptions at the start, and a 30-minute retention policy on the topic."""
-    broker = Broker.for_url(root, config())
+    broker = Broker.for_url(root, config(), create_root=True)
     topic = TopicName.parse(TOPIC)
     log = broker.topic_log(topic)
     offset = 0
