@@ -127,6 +127,8 @@ def to_source_batch(
     n = rows.num_rows
     schema = ARROW_SOURCE_SCHEMA_WITH_HEADERS if include_headers else ARROW_SOURCE_SCHEMA
     counts = np.zeros(n, dtype=np.int32) if redelivery_counts is None else redelivery_counts.astype(np.int32)
+    publish = rows.column("publish_time")
+    publish = publish.combine_chunks() if isinstance(publish, pa.ChunkedArray) else publish
     columns = [
         rows.column("key"),
         rows.column("value"),
@@ -134,7 +136,7 @@ def to_source_batch(
         pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array(offsets.astype(np.int64)),
         message_id_strings(ledger_id, entry_ids, partition, batch_indexes),
-        rows.column("publish_time"),
+        publish,
         rows.column("event_time"),
         rows.column("properties"),
         rows.column("producer_name"),
@@ -143,7 +145,7 @@ def to_source_batch(
         pa.array(counts),
         rows.column("deliver_at"),
         pa.repeat(pa.scalar(topic, pa.string()), n),
-        rows.column("publish_time"),
+        publish,  # timestamp: the same array, not a copy
         pa.array(np.full(n, CREATE_TIME, dtype=np.int32)),
     ]
     if include_headers:
