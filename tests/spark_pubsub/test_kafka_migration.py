@@ -94,3 +94,22 @@ def test_a_kafka_pipeline_round_trips_with_only_the_format_and_server_option_cha
         assert r.properties == {"trace": "abc"}
         assert r.sequenceId is not None  # set by the sink
     assert len({r.sequenceId for r in rows}) == 3
+
+
+def test_headers_and_properties_convert_both_ways_vectorised_with_nulls_and_slices() -> None:
+    import pyarrow as pa
+
+    from spark_pubsub.schema import ARROW_SOURCE_SCHEMA_WITH_HEADERS, properties_as_headers
+    from spark_pubsub.sink_columns import headers_as_properties
+
+    headers_type = ARROW_SOURCE_SCHEMA_WITH_HEADERS.field("headers").type
+    props = pa.array([[("a", "1"), ("b", "2")], None, [], [("c", "x")]], type=pa.map_(pa.string(), pa.string()))
+    expected = [[("a", b"1"), ("b", b"2")], None, [], [("c", b"x")]]
+    for lo in range(4):
+        got = properties_as_headers(props.slice(lo), headers_type).to_pylist()
+        assert [None if h is None else [(e["key"], e["value"]) for e in h] for h in got] == expected[lo:]
+        back = headers_as_properties(properties_as_headers(props.slice(lo), headers_type))
+        assert back.to_pylist() == props.slice(lo).to_pylist()
+    bad = pa.array([[{"key": "k", "value": b"\xff"}]], type=headers_type)
+    with pytest.raises(Exception, match="not UTF-8"):
+        headers_as_properties(bad)
