@@ -71,11 +71,16 @@ class Admin:
         self._ensure_defaults()
 
     @classmethod
-    def open(cls, service_url: str, *, broker_config: BrokerConfig | str | None = None) -> Admin:
-        """The admin API of a storage root (shared with the process's clients of that root)."""
+    def open(
+        cls, service_url: str, *, broker_config: BrokerConfig | str | None = None, create_root: bool = False
+    ) -> Admin:
+        """The admin API of a storage root (shared with the process's clients of that root).
+
+        A missing root is ``RootNotFound`` unless ``create_root``.
+        """
         from broker_core.broker import Broker  # the broker owns the shared instance
 
-        return Broker.for_url(service_url, broker_config).admin
+        return Broker.for_url(service_url, broker_config, create_root=create_root).admin
 
     # -- records ------------------------------------------------------------------------------------
 

@@ -293,6 +293,17 @@ class CompactedTopic:
             return None
         return load_view(self.log.io, self.log.path, file=pointer.file, horizon=pointer.horizon)
 
+    def earliest(self, snapshot: Snapshot) -> int:
+        """Where a ``readCompacted`` read from the earliest message starts: the view's first row when
+        there is a view (it keeps the latest value of keys whose segments retention, TTL or vacuum
+        removed since), else the log's first offset.  The client's readers and consumers and the Spark
+        source all start here, so they read one compacted view the same way."""
+        view = self.view(snapshot)
+        if view is None:
+            return snapshot.first_offset
+        first = int(view.offsets[0]) if len(view) else view.horizon
+        return min(first, snapshot.first_offset)
+
     def read(self, position: int, max_rows: int, snapshot: Snapshot | None = None) -> ViewSlice | None:
         """Rows of the view from ``position``, or None when ``position`` is at or past the horizon."""
         view = self.view(snapshot)

@@ -79,6 +79,10 @@ class NotFound(LookupError):
     """Base of everything that is looked up and not there."""
 
 
+class RootNotFound(NotFound):
+    """The storage root does not exist (or is not a directory) and creating it was not asked for."""
+
+
 class TopicNotFound(NotFound):
     """The topic does not exist and auto-creation is off (or not allowed for it)."""
 

@@ -82,6 +82,14 @@ class FileIO(Protocol):
         """A URI naming the storage root (``file:///abs/path``)."""
         ...
 
+    def root_status(self) -> str:
+        """``"directory"`` if the root exists, ``"missing"``, or ``"not a directory"``."""
+        ...
+
+    def make_root(self) -> None:
+        """Create the root (only when the user asked for it)."""
+        ...
+
     def read_bytes(self, path: str) -> bytes | None:
         """Return the file's bytes, or ``None`` if it does not exist."""
         ...
@@ -127,7 +135,7 @@ class LocalFileIO:
     """``FileIO`` over a local (or mounted shared) folder.
 
     Args:
-        root: absolute or relative folder; created if missing.
+        root: absolute or relative folder (``root_check.open_root`` checks it exists or creates it).
         fsync: fsync files and directories on writes (turn off only for throwaway data).
     """
 
@@ -135,23 +143,37 @@ class LocalFileIO:
         self._root = os.path.abspath(root)
         self._fsync = fsync
         self._fs = pafs.LocalFileSystem()
+        # the root is neither created nor required here: ``root_check.open_root`` decides (a missing
+        # root is an error unless the caller asked to create it)
+        if os.path.isdir(self._root) and not os.access(self._root, os.R_OK | os.X_OK):
+            raise AuthorizationError(
+                f"the storage root {self._root!r} is not readable; fix its permissions or pick another root",
+                root=self._root,
+            )
+
+    @property
+    def writable(self) -> bool:
+        """False for a read-only root (a read-only mount, a snapshot): it opens for reading (peek,
+        stats, readers) and a write then fails with BrokerPersistenceError naming the file
+        (docs/DECISIONS.md).  Asked each time, since ``make_root`` may create the root later."""
+        return os.access(self._root, os.W_OK | os.X_OK)
+
+    def root_status(self) -> str:
+        """``"directory"``, ``"missing"`` or ``"not a directory"`` (what ``open_root`` checks)."""
+        if os.path.isdir(self._root):
+            return "directory"
+        return "not a directory" if os.path.exists(self._root) else "missing"
+
+    def make_root(self) -> None:
+        """Create the root folder (and its parents); only on the caller's explicit request."""
         try:
             os.makedirs(self._root, exist_ok=True)
         except OSError as exc:
             error = AuthorizationError if isinstance(exc, PermissionError) else ConnectError
             raise error(
-                f"cannot create or open the storage root {self._root!r}: {exc.strerror}; "
-                "check the path and its permissions",
+                f"cannot create the storage root {self._root!r}: {exc.strerror}; check the path and its permissions",
                 root=self._root,
             ) from exc
-        if not os.access(self._root, os.R_OK | os.X_OK):
-            raise AuthorizationError(
-                f"the storage root {self._root!r} is not readable; fix its permissions or pick another root",
-                root=self._root,
-            )
-        # a read-only root (a read-only mount, a snapshot) opens for reading: peek, stats, readers; a
-        # write then fails with BrokerPersistenceError naming the file (docs/DECISIONS.md)
-        self.writable = os.access(self._root, os.W_OK | os.X_OK)
 
     @property
     def root(self) -> str:

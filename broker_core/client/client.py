@@ -60,6 +60,8 @@ class Client:
             ``_pubsub/broker.toml`` if present, else the built-in defaults.
         clock: time source (tests inject a ``ManualClock``).
         reader_poll_interval_ms: how often a drained reader checks storage for other processes' commits.
+        create_root: create the storage root if it does not exist; by default a missing root is
+            ``RootNotFound`` (a typo in the path must not make a new, empty root).
         The remaining arguments mirror the official client and are type-checked.
     """
 
@@ -86,6 +88,7 @@ class Client:
         broker_config: BrokerConfig | str | os.PathLike[str] | None = None,
         clock: Clock | None = None,
         reader_poll_interval_ms: int = 10,
+        create_root: bool = False,
     ) -> None:
         check_type(str, service_url, "service_url")
         check_authentication(authentication)  # warns: nobody authenticates here
@@ -112,7 +115,8 @@ class Client:
                 argument="clock",
             )
         check_positive(reader_poll_interval_ms, "reader_poll_interval_ms")
-        self._broker = Broker.for_url(service_url, broker_config)
+        check_type(bool, create_root, "create_root")
+        self._broker = Broker.for_url(service_url, broker_config, create_root=create_root)
         self._clock: Clock = clock or SYSTEM_CLOCK
         self._poll_ms = reader_poll_interval_ms
         self._closed = False

@@ -26,6 +26,7 @@ from broker_core.client.dead_letters import DeadLetters
 from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.subscription_part import SubscriptionPart
 from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
+from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
 from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import (
     ConsumerBusy,
@@ -389,6 +390,11 @@ class Consumer(ConsumerBase):
                     if self._closed:
                         break
                     self._tick()
+            except GONE_ERRORS as exc:
+                if self._discover is None and self._stop_if_deleted():
+                    return
+                self._errors.append(exc)
+                time.sleep(self._poll_s)
             except LogCorrupted as exc:  # damage does not heal by itself: tell the application, once
                 self._report_damage(exc)
                 time.sleep(self._poll_s)
@@ -414,6 +420,26 @@ class Consumer(ConsumerBase):
         with self._cv:
             self._damage = exc
             self._cv.notify_all()
+
+    def _stop_if_deleted(self) -> bool:
+        """From the dispatch thread: if the topic was deleted, close (without leaving: the cursor went
+        with the topic) so that the next ``receive`` raises ``TopicDeleted`` once.  False: a hiccup."""
+        gone = deleted_error((p.log for p in self._parts), topic=self._topic_label,
+                             what=f"consumer {self._name!r}")
+        if gone is None:
+            return False
+        with self._cv:
+            self._gone = gone
+            self._closed = True
+            self._cv.notify_all()
+        for part in self._parts:
+            part.log.remove_waiter(self._wake)
+            part.store.remove_waiter(self._wake)
+        if self._dead_letters is not None:
+            with contextlib.suppress(PulsarException):
+                self._dead_letters.close()
+        self._client._forget(self)
+        return True
 
     def _tick(self) -> None:
         now_s = time.monotonic()
@@ -510,6 +536,7 @@ class Consumer(ConsumerBase):
                 return
             version, cursor = part.store.load()
             if cursor is None:
+                part.log.snapshot()  # the cursor vanished: TopicDeleted here if the topic went with it
                 continue
             # skip a part when nothing it depends on changed since it was last found drained
             marker = (part.log.snapshot().version, version, now_ms // self._tick_ms if self._delayed else 0)

@@ -18,9 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from broker_core.client.args import check_type
+from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
 from broker_core.compacted_view import CompactedTopic, ViewSlice
 from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
-from broker_core.errors import AlreadyClosed, CryptoError, InvalidConfiguration, Timeout
+from broker_core.errors import AlreadyClosed, CryptoError, InvalidConfiguration, Timeout, TopicDeleted
 from broker_core.log.snapshot import Snapshot
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.message_id import MessageId
@@ -114,7 +115,8 @@ class Reader:
                 part.chunks.clear()
                 part.position = part.log.offset_for_message_id(msg_id, inclusive=self._inclusive)
                 if part.compacted is not None and msg_id == MessageId.earliest:
-                    part.position = 0  # the view may still hold messages retention removed from the log
+                    # the view may still hold messages retention removed from the log
+                    part.position = part.compacted.earliest(part.log.snapshot())
 
     def seek(self, message_id: MessageId | int) -> None:
         """Reposition at a message id (the start rules apply) or a publish timestamp in ms (inclusive)."""
@@ -144,12 +146,23 @@ class Reader:
         if self._closed:
             raise AlreadyClosed(f"reader {self._name!r} on {self._topic} is closed")
 
+    def _stop_if_deleted(self, exc: BaseException) -> None:
+        """After a read failed with ``exc``: if the topic was deleted, close and raise ``TopicDeleted``
+        (once: a closed reader raises ``AlreadyClosed`` from then on); else let ``exc`` through."""
+        gone = deleted_error((p.log for p in self._parts), topic=str(self._topic), what=f"reader {self._name!r}")
+        if gone is None:
+            raise exc
+        self.close()
+        raise gone from None
+
     def _fetch(self) -> bool:
         """Fill the buffer from the next partition with data; False if every partition is drained."""
         n = len(self._parts)
         for step in range(n):
             part = self._parts[(self._next_part + step) % n]
             snap = part.log.snapshot()
+            if snap.deleted:  # its deletion has begun: nothing more will come
+                raise TopicDeleted(f"topic {part.name} is being deleted", topic=str(part.name))
             piece = part.view_slice(self._queue_size, snap)
             if piece is not None and not len(piece.offsets):
                 part.position, piece = piece.end, None  # nothing more in the view: on to the log
@@ -208,13 +221,16 @@ class Reader:
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
             self._check_open()
-            with self._lock:
-                if self._buffer or self._fetch():
-                    return self._pop()
-            self._wake.clear()
-            with self._lock:  # a commit may have landed between the fetch and the clear
-                if self._buffer or self._fetch():
-                    return self._pop()
+            try:
+                with self._lock:
+                    if self._buffer or self._fetch():
+                        return self._pop()
+                self._wake.clear()
+                with self._lock:  # a commit may have landed between the fetch and the clear
+                    if self._buffer or self._fetch():
+                        return self._pop()
+            except GONE_ERRORS as exc:
+                self._stop_if_deleted(exc)
             wait = self._poll_s
             if deadline is not None:
                 remaining = deadline - time.monotonic()
@@ -240,7 +256,10 @@ class Reader:
                 )
             remaining = max_messages
             for part in self._parts:
-                snap = part.log.snapshot()
+                try:
+                    snap = part.log.snapshot()
+                except GONE_ERRORS as exc:
+                    self._stop_if_deleted(exc)
                 piece = part.view_slice(remaining, snap)
                 if piece is not None and not len(piece.offsets):
                     part.position, piece = piece.end, None  # nothing more in the view: on to the log
@@ -278,7 +297,10 @@ class Reader:
             if self._buffer:
                 return True
             for part in self._parts:
-                snap = part.log.snapshot()
+                try:
+                    snap = part.log.snapshot()
+                except GONE_ERRORS as exc:
+                    self._stop_if_deleted(exc)
                 if part.compacted is not None:
                     if part.compacted.available(part.position, snap):
                         return True
@@ -302,6 +324,8 @@ class Reader:
                 msg = self.read_next(timeout_millis=int(self._poll_s * 1000) or 1)
             except (Timeout, AlreadyClosed):
                 continue
+            except TopicDeleted:
+                return  # the reader closed itself: its topic is gone
             listener(self, msg)
 
     def __iter__(self) -> Any:

@@ -170,6 +170,17 @@ def test_bad_roots_fail_in_one_line_and_create_nothing(
     assert capsys.readouterr().err.count("\n") == 1
 
 
+def test_create_root_makes_a_missing_root_only_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fresh = tmp_path / "fresh"
+    assert main(["--root", str(fresh), "topics", "list", "public/default"]) == 1
+    assert not fresh.exists()
+    assert main(["--root", str(fresh), "--create-root", "topics", "create", "t"]) == 0
+    assert fresh.is_dir()
+    capsys.readouterr()
+    assert main(["--root", str(fresh), "topics", "list", "public/default"]) == 0
+    assert "persistent://public/default/t" in capsys.readouterr().out
+
+
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores permissions")
 def test_an_unwritable_root_reads_and_refuses_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     locked = tmp_path / "locked"

@@ -26,7 +26,9 @@ from broker_core import (
     Result,
     TopicNotFound,
 )
+from broker_core.admin import Admin
 from broker_core.broker import Broker
+from broker_core.errors import RootNotFound
 
 
 @pytest.fixture
@@ -75,6 +77,25 @@ def test_file_url_names_the_same_root_as_the_path(tmp_path: Path) -> None:
     finally:
         by_url.close()
         by_path.close()
+
+
+def test_a_missing_root_is_an_error_naming_it_and_creates_nothing(tmp_path: Path) -> None:
+    typo = tmp_path / "roto"
+    for url in (str(typo), typo.as_uri()):
+        with pytest.raises(RootNotFound, match=r"roto.*does not exist") as info:
+            Client(url)
+        assert isinstance(info.value, PulsarException)
+        with pytest.raises(RootNotFound):
+            Admin.open(url)
+    assert not typo.exists()
+    client = Client(str(typo), create_root=True)  # asked for explicitly
+    try:
+        assert typo.is_dir()
+        client.create_producer("t").send(b"x")
+    finally:
+        client.close()
+    with pytest.raises(ValueError, match="create_root"):
+        Client(str(typo), create_root="yes")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -168,7 +189,7 @@ def test_broker_config_may_be_a_toml_path(tmp_path: Path) -> None:
     conf = tmp_path / "broker.toml"
     conf.write_text("allowAutoTopicCreation = false\n")
     root = tmp_path / "root"
-    client = Client(str(root), broker_config=str(conf))
+    client = Client(str(root), broker_config=str(conf), create_root=True)
     try:
         with pytest.raises(TopicNotFound):
             client.create_producer("t")

@@ -104,7 +104,7 @@ def test_a_storage_root_that_cannot_be_created_is_a_connect_error(tmp_path: Path
     blocker = tmp_path / "a-file"
     blocker.write_bytes(b"")
     with pytest.raises(ConnectError, match="storage root"):
-        Client(str(blocker / "root"))
+        Client(str(blocker / "root"), create_root=True)
 
 
 def test_refused_storage_access_is_an_authorization_error(tmp_path: Path) -> None:
