@@ -15,6 +15,7 @@ topic directory.  ``public`` and ``public/default`` exist on every root, as in P
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import time
@@ -27,6 +28,7 @@ from broker_core.errors import (
     AlreadyExists,
     BrokerPersistenceError,
     InvalidConfiguration,
+    LogCorrupted,
     NamespaceNotFound,
     NotAllowedError,
     OperationNotSupported,
@@ -39,6 +41,8 @@ from broker_core.producer_registry import ProducerRegistry
 from broker_core.state_store import VersionedState
 from broker_core.storage import FileIO, LocalFileIO
 from broker_core.topic_log import TopicLog
+
+_LOG = logging.getLogger(__name__)
 
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "public/default"
@@ -67,11 +71,16 @@ class Admin:
         self._ensure_defaults()
 
     @classmethod
-    def open(cls, service_url: str, *, broker_config: BrokerConfig | str | None = None) -> Admin:
-        """The admin API of a storage root (shared with the process's clients of that root)."""
+    def open(
+        cls, service_url: str, *, broker_config: BrokerConfig | str | None = None, create_root: bool = False
+    ) -> Admin:
+        """The admin API of a storage root (shared with the process's clients of that root).
+
+        A missing root is ``RootNotFound`` unless ``create_root``.
+        """
         from broker_core.broker import Broker  # the broker owns the shared instance
 
-        return Broker.for_url(service_url, broker_config).admin
+        return Broker.for_url(service_url, broker_config, create_root=create_root).admin
 
     # -- records ------------------------------------------------------------------------------------
 
@@ -83,14 +92,20 @@ class Admin:
 
     def _partitioned_state(self, topic: TopicName) -> VersionedState:
         ns_dir = f"{topic.tenant}/{topic.namespace}/{topic.domain.value}"
-        return VersionedState(self.io, f"{ns_dir}/_partitioned/{topic.local_name}")
+        return VersionedState(self.io, f"{ns_dir}/_partitioned/{topic.local_name}", validate=_check_partitions)
 
     def _ensure_defaults(self) -> None:
-        if self._tenant_state(DEFAULT_TENANT).latest()[1] is None:
-            self._create_record(self._tenant_state(DEFAULT_TENANT), {"adminRoles": [], "allowedClusters": []})
-        ns = NamespaceName.parse(DEFAULT_NAMESPACE)
-        if self._namespace_state(ns).latest()[1] is None:
-            self._create_record(self._namespace_state(ns), {"policies": {}})
+        try:
+            if self._tenant_state(DEFAULT_TENANT).latest()[1] is None:
+                self._create_record(self._tenant_state(DEFAULT_TENANT), {"adminRoles": [], "allowedClusters": []})
+            ns = NamespaceName.parse(DEFAULT_NAMESPACE)
+            if self._namespace_state(ns).latest()[1] is None:
+                self._create_record(self._namespace_state(ns), {"policies": {}})
+        except (BrokerPersistenceError, OSError) as exc:
+            if isinstance(exc, LogCorrupted) or getattr(self.io, "writable", True):
+                raise
+            # a read-only root still opens for reading; the defaults appear when a writer opens it
+            _LOG.debug("read-only root %s: not creating the default tenant and namespace (%s)", self.io.root_uri, exc)
 
     @staticmethod
     def _create_record(state: VersionedState, doc: dict[str, object]) -> bool:
@@ -186,13 +201,15 @@ class Admin:
         limit = self.config.max_num_partitions_per_partitioned_topic
         if limit and partitions > limit:
             raise InvalidConfiguration(
-                f"partitions={partitions} exceeds maxNumPartitionsPerPartitionedTopic={limit}", topic=str(name)
+                f"partitions={partitions} exceeds maxNumPartitionsPerPartitionedTopic={limit}: use fewer "
+                "partitions, or raise the limit in the root's _pubsub/broker.toml", topic=str(name)
             )
         if name.is_partition:
             raise InvalidConfiguration(
                 f"{name} names a partition; a partitioned topic's name may not end in -partition-<i>",
                 topic=str(name),
             )
+        name.partition(partitions - 1)  # the longest partition name must fit (InvalidTopicName) up front
         self._require_namespace(name)
         if self.internal_topic_exists(name):
             raise AlreadyExists(f"a non-partitioned topic {name} exists already", topic=str(name))
@@ -445,6 +462,16 @@ def _forget_handles(io: FileIO, path: str) -> None:
         shared._TOPIC_LOGS.pop((io.root_uri, path), None)
         for key in [k for k in shared._CURSOR_STORES if k[:2] == (io.root_uri, path)]:
             del shared._CURSOR_STORES[key]
+
+
+def _check_partitions(doc: dict[str, object]) -> None:
+    """A partitioned-topic record holds ``partitions``, an int >= 1 (``VersionedState`` turns the
+    ``ValueError`` into ``LogCorrupted`` naming the file)."""
+    if doc.get("deleted"):
+        return
+    count = doc["partitions"]
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"partitions must be an int >= 1, found {count!r}")
 
 
 def _topic(topic: str | TopicName) -> TopicName:

@@ -19,6 +19,7 @@ from broker_core.cursor_store import CursorStore
 from broker_core.errors import InvalidConfiguration, NotAllowedError
 from broker_core.naming import TopicName
 from broker_core.policies import PolicyStore
+from broker_core.root_check import open_root
 from broker_core.storage import FileIO, file_io_for
 from broker_core.topic_log import TopicLog
 
@@ -53,9 +54,19 @@ class Broker:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_url(cls, service_url: str, config: BrokerConfig | str | os.PathLike[str] | None = None) -> Broker:
-        """The process's broker for a storage root (created on first use)."""
+    def for_url(
+        cls,
+        service_url: str,
+        config: BrokerConfig | str | os.PathLike[str] | None = None,
+        *,
+        create_root: bool = False,
+    ) -> Broker:
+        """The process's broker for a storage root (created on first use).
+
+        A missing root is ``RootNotFound`` unless ``create_root`` (see ``root_check``).
+        """
         io = file_io_for(service_url)
+        open_root(io, service_url, create_root=create_root)
         resolved = resolve_config(io, config)
         io = file_io_for(service_url, fsync=resolved.fsync_enabled)
         key = (io.root_uri, resolved)

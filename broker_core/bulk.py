@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.errors import BrokerPersistenceError, InvalidConfiguration, InvalidMessage, MessageTooBig
+from broker_core.errors import BrokerPersistenceError, InvalidConfiguration, InvalidMessage, LogCorrupted, MessageTooBig
 from broker_core.hashing import HashingScheme, sticky_key_hash_array
 from broker_core.routing import RoundRobinRouter, partitions_for_keys
-from broker_core.segment import SEGMENT_SCHEMA, TIMESTAMP, CompressionType
+from broker_core.segment import SEGMENT_SCHEMA, TIMESTAMP, CompressionType, codec_of
 from broker_core.storage import FileIO
 from broker_core.topic_log import AppendResult, StagedSegment, TopicLog
 
@@ -206,16 +206,37 @@ def _encode_manifest(app_id: str, version: int, staged: Mapping[str, Sequence[St
     return json.dumps(manifest, sort_keys=True).encode()
 
 
-def _decode_manifest(data: bytes) -> dict[str, list[StagedSegment]]:
-    raw = json.loads(data)
-    return {
-        topic: [
-            StagedSegment(path=s["path"], size_bytes=s["size"], num_records=s["numRecords"],
-                          min_publish_ms=s["minPublishMs"], max_publish_ms=s["maxPublishMs"])
-            for s in segs
-        ]
-        for topic, segs in raw["topics"].items()
-    }
+def _decode_manifest(data: bytes, where: str) -> dict[str, list[StagedSegment]]:
+    """The segments a manifest records; ``LogCorrupted`` naming ``where`` for anything but segment
+    names (a manifest's paths are committed and deleted under a topic, so ``../`` must never pass)."""
+    try:
+        raw = json.loads(data)
+        planned = {
+            str(topic): [
+                StagedSegment(path=s["path"], size_bytes=int(s["size"]), num_records=int(s["numRecords"]),
+                              min_publish_ms=int(s["minPublishMs"]), max_publish_ms=int(s["maxPublishMs"]))
+                for s in segs
+            ]
+            for topic, segs in raw["topics"].items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LogCorrupted(f"staged-write manifest {where!r} is malformed ({exc!r}); delete it if its write "
+                           "was abandoned", path=where) from exc
+    for segs in planned.values():
+        for seg in segs:
+            if not isinstance(seg.path, str) or codec_of(seg.path) is None:
+                raise LogCorrupted(f"staged-write manifest {where!r} names {seg.path!r}, which is not a segment "
+                                   "name; it was edited by hand: delete it", path=where)
+    return planned
+
+
+def _manifest_owner(data: bytes, where: str) -> object:
+    try:
+        raw = json.loads(data)
+        return raw.get("owner") if isinstance(raw, dict) else None
+    except ValueError as exc:
+        raise LogCorrupted(f"staged-write manifest {where!r} is not JSON; delete it if its write was abandoned",
+                           path=where) from exc
 
 
 def commit_staged_once(
@@ -266,14 +287,14 @@ def commit_staged_once(
         if not io.put_if_absent(manifest, _encode_manifest(app_id, version, offered, owner)):
             recorded = io.read_bytes(manifest)
     if recorded is not None:
-        recorded_owner = json.loads(recorded).get("owner")
+        recorded_owner = _manifest_owner(recorded, manifest)
         if owner is not None and recorded_owner is not None and recorded_owner != owner:
             raise InvalidConfiguration(
                 f"write {version} of {app_id!r} was begun by {recorded_owner!r}, not by {owner!r}: the id "
                 "is in use by another writer, or its checkpoint was reset; use a new sink id",
                 version=version,
             )
-        planned = _decode_manifest(recorded)
+        planned = _decode_manifest(recorded, manifest)
         keep = {(t, s.path) for t, segs in planned.items() for s in segs}
         for topic, segs in offered.items():
             duplicates = [s for s in segs if (topic, s.path) not in keep]
@@ -304,8 +325,9 @@ def commit_staged_once(
 
 def recorded_staged(io: FileIO, *, app_id: str, version: int) -> dict[str, list[StagedSegment]] | None:
     """The segments ``commit_staged_once(app_id, version)`` recorded it would commit, if it began."""
-    data = io.read_bytes(staged_manifest_path(app_id, version))
-    return None if data is None else _decode_manifest(data)
+    where = staged_manifest_path(app_id, version)
+    data = io.read_bytes(where)
+    return None if data is None else _decode_manifest(data, where)
 
 
 def discard_staged(log: TopicLog, staged: Sequence[StagedSegment], *, keep: Collection[str] = ()) -> int:

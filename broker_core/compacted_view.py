@@ -79,9 +79,19 @@ class ViewPointer:
     previous_horizon: int = 0
 
     @classmethod
-    def from_json(cls, version: int, doc: dict[str, Any]) -> ViewPointer:
-        return cls(version=version, horizon=int(doc["horizon"]), file=str(doc["file"]), rows=int(doc["rows"]),
-                   ledger_id=int(doc.get("ledgerId", 0)), previous_horizon=int(doc.get("previousHorizon", 0)))
+    def from_json(cls, version: int, doc: dict[str, Any], *, where: str = "a compacted-view pointer") -> ViewPointer:
+        """Decode a pointer; ``LogCorrupted`` naming ``where`` when it is malformed or its file is not a
+        view file name (the pointer is joined under the topic: ``../`` must never get through)."""
+        try:
+            pointer = cls(version=version, horizon=int(doc["horizon"]), file=str(doc["file"]), rows=int(doc["rows"]),
+                          ledger_id=int(doc.get("ledgerId", 0)), previous_horizon=int(doc.get("previousHorizon", 0)))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise LogCorrupted(f"{where} (version {version}) is malformed ({exc!r}); compact the topic again "
+                               "or delete the pointer version", version=version) from exc
+        if not _VIEW_FILE_RE.fullmatch(pointer.file):
+            raise LogCorrupted(f"{where} (version {version}) names {pointer.file!r}, which is not a view file "
+                               f"({COMPACTED_DIR}/<32 hex>.parquet): it was edited by hand", version=version)
+        return pointer
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +116,8 @@ class ViewStore:
     def latest(self) -> ViewPointer | None:
         """The newest committed pointer, or None before the first compaction (a few stats per call)."""
         version, doc = self._state.latest()
-        return None if doc is None else ViewPointer.from_json(version, doc)
+        where = f"the compacted-view pointer of {self.topic_path!r}"
+        return None if doc is None else ViewPointer.from_json(version, doc, where=where)
 
     def commit(
         self, *, horizon: int, file: str, rows: int, ledger_id: int, previous_horizon: int
@@ -119,6 +130,7 @@ class ViewStore:
         """
         doc = {"horizon": horizon, "file": file, "rows": rows, "ledgerId": ledger_id,
                "previousHorizon": previous_horizon, "createdMs": int(time.time() * 1000)}
+        ViewPointer.from_json(0, doc, where="the pointer about to be committed")  # never write a bad one
 
         def fn(current: dict[str, Any] | None) -> dict[str, Any] | None:
             if current is None or int(current.get("ledgerId", 0)) != ledger_id:
@@ -280,6 +292,17 @@ class CompactedTopic:
         if pointer.ledger_id != snap.ledger_id:
             return None
         return load_view(self.log.io, self.log.path, file=pointer.file, horizon=pointer.horizon)
+
+    def earliest(self, snapshot: Snapshot) -> int:
+        """Where a ``readCompacted`` read from the earliest message starts: the view's first row when
+        there is a view (it keeps the latest value of keys whose segments retention, TTL or vacuum
+        removed since), else the log's first offset.  The client's readers and consumers and the Spark
+        source all start here, so they read one compacted view the same way."""
+        view = self.view(snapshot)
+        if view is None:
+            return snapshot.first_offset
+        first = int(view.offsets[0]) if len(view) else view.horizon
+        return min(first, snapshot.first_offset)
 
     def read(self, position: int, max_rows: int, snapshot: Snapshot | None = None) -> ViewSlice | None:
         """Rows of the view from ``position``, or None when ``position`` is at or past the horizon."""

@@ -79,11 +79,12 @@ class BrokerConfig(BaseModel):
         description="Partitions of an auto-created partitioned topic.",
     )
     max_num_partitions_per_partitioned_topic: int = Field(
-        default=0,
+        default=1024,
         validation_alias="maxNumPartitionsPerPartitionedTopic",
         serialization_alias="maxNumPartitionsPerPartitionedTopic",
         ge=0,
-        description="Upper bound on a partitioned topic's partitions; 0 means no bound.",
+        description="Upper bound on a partitioned topic's partitions; 0 means no bound. Finite by default "
+        "(Pulsar: unbounded): every partition is a directory that stats, retention and deletion visit.",
     )
     broker_deduplication_max_number_of_producers: int = Field(
         default=10_000,

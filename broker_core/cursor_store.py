@@ -38,8 +38,10 @@ class CursorStore(Waiters):
         self.topic_path = topic_path
         self.subscription = validate_subscription_name(subscription)
         super().__init__()
+        # a deleted topic's consumers re-create nothing (anchor); a damaged newest version falls back to
+        # an older one (acknowledgements since then are redelivered: at least once, never lost silently)
         self.state = VersionedState(io, f"{topic_path}/{CURSORS_DIR}/{subscription}", keep_versions=50,
-                                    anchor=topic_path)  # a deleted topic's consumers re-create nothing
+                                    anchor=topic_path, validate=Cursor.from_json, fall_back=True)
 
     def load(self) -> tuple[int, Cursor | None]:
         """The newest cursor version (polls storage); None if the subscription does not exist."""

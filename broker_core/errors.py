@@ -30,6 +30,10 @@ class PulsarException(Exception):
         for name, value in context.items():
             setattr(self, name, value)
 
+    def error(self) -> Result:
+        """The ``Result`` code of this error, as ``pulsar.asyncio.PulsarException.error()`` gives."""
+        return result_for(self)
+
 
 # --- bad input -------------------------------------------------------------------------------------
 
@@ -61,8 +65,22 @@ class MessageTooBig(InvalidMessage):
 # --- missing or conflicting things -----------------------------------------------------------------
 
 
-class NotFound(PulsarException, builtins.LookupError):
+class LookupError(PulsarException, builtins.LookupError):  # the official client's name
+    """Looking something up failed: the base of every ``NotFound``.
+
+    The official client raises it when a topic lookup fails; here a lookup is a read of the storage
+    root, and what it reports is that the topic, namespace, tenant or subscription is not there.
+    The class shadows the builtin of the same name only for code that imports it by name (as
+    ``from pulsar import *`` does); ``except LookupError`` with the builtin still catches it.
+    """
+
+
+class NotFound(LookupError):
     """Base of everything that is looked up and not there."""
+
+
+class RootNotFound(NotFound):
+    """The storage root does not exist (or is not a directory) and creating it was not asked for."""
 
 
 class TopicNotFound(NotFound):
@@ -117,8 +135,14 @@ class ConsumerBusy(PulsarException):
     """The subscription refuses this consumer (for example, Exclusive with a live consumer)."""
 
 
-class ConsumerAssignException(ConsumerBusy):
-    """A Key_Shared AUTO_SPLIT hash-range subscription has no range left to split for a new consumer."""
+class ConsumerAssignError(ConsumerBusy):
+    """A Key_Shared subscription cannot assign hash ranges to this consumer: its STICKY ranges
+    overlap another consumer's, or no AUTO_SPLIT range is left to split.  Pulsar's broker answers
+    these with ``ConsumerAssignError``; it is a ``ConsumerBusy`` so older handlers still catch it."""
+
+
+# Pulsar's Java broker names the same condition ConsumerAssignException (issue 16's wording).
+ConsumerAssignException = ConsumerAssignError
 
 
 class NotAllowedError(PulsarException):
@@ -169,11 +193,145 @@ class DirectoryGone(BrokerPersistenceError):
 
 
 class LogCorrupted(BrokerPersistenceError):
-    """The transaction log is unreadable (a gap, a malformed action, a missing file)."""
+    """The transaction log is unreadable (a gap, a malformed action, a missing file), or another file
+    of a topic or of the root's metadata is damaged; the message names the file and what to do."""
+
+
+class SegmentCorrupted(LogCorrupted):
+    """A segment file a commit names is unreadable (truncated, overwritten); ``path`` names it.
+
+    Readers deliver every message before it and then raise this; ``pubsub topics check --repair``
+    sets the file aside with a data-loss record (``docs/PROTOCOL.md``).
+    """
+
+
+class PathOutsideRoot(BrokerPersistenceError):
+    """A path would resolve outside the storage root; the storage layer refuses to touch it.
+
+    The second line of defence: paths read from storage are validated where they are decoded, so
+    this firing means a path slipped past that check.
+    """
 
 
 class DataLoss(BrokerPersistenceError):
     """Messages a caller asked for were removed (retention) before they were read."""
+
+
+class ConnectError(BrokerPersistenceError):
+    """The storage root cannot be reached or created (the folder's mount is gone, a file is in the
+    way).  The official client raises it when it cannot connect to a broker; the root is what a
+    client connects to here."""
+
+
+class ReadError(BrokerPersistenceError):
+    """Reading a file of the storage root failed with an OS error (the network client's name for a
+    failed read from its connection)."""
+
+
+class AuthorizationError(BrokerPersistenceError, PermissionError):
+    """The storage refused access (filesystem permissions, object-store credentials).
+
+    Access control is the storage's here, not a broker's: this is what a client lacking rights on
+    the root gets.  Also a ``PermissionError``.
+    """
+
+
+class ChecksumError(LogCorrupted):
+    """A file of the log (a segment or checkpoint) is unreadable as what it claims to be: its bytes
+    were damaged.  A ``LogCorrupted`` as well."""
+
+
+class BrokerMetadataError(BrokerPersistenceError):
+    """Official name for broken broker metadata.  Not raised yet: an unreadable metadata file of the
+    root (policies, partition metadata, broker configuration) raises ``InvalidConfiguration`` or
+    ``LogCorrupted``, naming the file."""
+
+
+# --- the official client's remaining names -----------------------------------------------------------
+# Every exception name ``pulsar-client`` exports exists here (tests/broker_core/data/pulsar_exception_names.txt
+# is the list; a test checks it).  Those below name conditions that need a broker, a network connection,
+# or a feature this library does not have, so nothing raises them; they exist so ``except`` clauses
+# of ported code keep working.  ``docs/CLIENT.md`` lists them.
+
+
+class UnknownError(PulsarException):
+    """The official catch-all.  Not raised here: an unexpected failure propagates as itself (a bug
+    to report); ``result_for`` maps it to ``Result.UnknownError`` for ``send_async`` callbacks."""
+
+
+class AuthenticationError(PulsarException):
+    """Never raised: no server authenticates clients (see ``broker_core.authentication``)."""
+
+
+class ErrorGettingAuthenticationData(AuthenticationError):
+    """Never raised: authentication data is never fetched (see ``broker_core.authentication``)."""
+
+
+class NotConnected(AlreadyClosed):
+    """Never raised: there is no connection to lose; a closed handle raises ``AlreadyClosed``."""
+
+
+class ConsumerNotInitialized(AlreadyClosed):
+    """Never raised: a consumer exists only once ``subscribe`` has returned it."""
+
+
+class ProducerNotInitialized(AlreadyClosed):
+    """Never raised: a producer exists only once ``create_producer`` has returned it."""
+
+
+class TooManyLookupRequestException(PulsarException):
+    """Never raised: lookups are reads of the storage root, not requests to a broker."""
+
+
+class ServiceUnitNotReady(PulsarException):
+    """Never raised: there are no broker-owned bundles to be unloaded or moved."""
+
+
+class ConsumerNotFound(NotFound):
+    """Never raised: consumers are not looked up by id."""
+
+
+class UnsupportedVersionError(PulsarException):
+    """Never raised yet: the log's protocol versions are not checked against this library's."""
+
+
+class TopicTerminated(PulsarException):
+    """Never raised: topics cannot be terminated here."""
+
+
+class CryptoError(PulsarException):
+    """End-to-end encryption failed: a key cannot be read or is not an RSA key (at
+    ``create_producer``), or a reader cannot decrypt a message and its failure action is FAIL."""
+
+
+class IncompatibleSchema(PulsarException):
+    """A producer's or consumer's schema is incompatible with the topic's."""
+
+
+class TransactionCoordinatorNotFoundError(PulsarException):
+    """Never raised: transactions are not supported."""
+
+
+class InvalidTxnStatusError(PulsarException):
+    """Never raised: transactions are not supported."""
+
+
+class TransactionConflict(PulsarException):
+    """Never raised: transactions are not supported."""
+
+
+class TransactionNotFound(NotFound):
+    """Never raised: transactions are not supported."""
+
+
+class MemoryBufferIsFull(ProducerQueueIsFull):
+    """Never raised: there is no client-wide memory limit; a full producer queue raises
+    ``ProducerQueueIsFull``."""
+
+
+class Interrupted(PulsarException):
+    """Never raised: a blocked call interrupted by a signal raises the signal's exception
+    (``KeyboardInterrupt``)."""
 
 
 class Result(enum.IntEnum):
@@ -183,13 +341,26 @@ class Result(enum.IntEnum):
     UnknownError = 1
     InvalidConfiguration = 2
     Timeout = 3
+    LookupError = 4
+    ConnectError = 5
+    ReadError = 6
+    AuthenticationError = 7
+    AuthorizationError = 8
+    ErrorGettingAuthenticationData = 9
+    BrokerMetadataError = 10
     BrokerPersistenceError = 11
+    ChecksumError = 12
     ConsumerBusy = 13
+    NotConnected = 14
     AlreadyClosed = 15
     InvalidMessage = 16
+    ConsumerNotInitialized = 17
+    ProducerNotInitialized = 18
     ProducerBusy = 19
+    TooManyLookupRequestException = 20
     InvalidTopicName = 21
     InvalidUrl = 22
+    ServiceUnitNotReady = 23
     OperationNotSupported = 24
     ProducerBlockedQuotaExceededError = 25
     ProducerBlockedQuotaExceededException = 26
@@ -197,10 +368,21 @@ class Result(enum.IntEnum):
     MessageTooBig = 28
     TopicNotFound = 29
     SubscriptionNotFound = 30
+    ConsumerNotFound = 31
+    UnsupportedVersionError = 32
     TopicTerminated = 33
+    CryptoError = 34
+    IncompatibleSchema = 35
+    ConsumerAssignError = 36
     CumulativeAcknowledgementNotAllowedError = 37
+    TransactionCoordinatorNotFoundError = 38
+    InvalidTxnStatusError = 39
     NotAllowedError = 40
+    TransactionConflict = 41
+    TransactionNotFound = 42
     ProducerFenced = 43
+    MemoryBufferIsFull = 44
+    Interrupted = 45
 
 
 def result_for(exc: BaseException | None) -> Result:
@@ -216,35 +398,63 @@ def result_for(exc: BaseException | None) -> Result:
 __all__ = [
     "AlreadyClosed",
     "AlreadyExists",
+    "AuthenticationError",
+    "AuthorizationError",
+    "BrokerMetadataError",
     "BrokerPersistenceError",
+    "ChecksumError",
     "CommitConflict",
+    "ConnectError",
+    "ConsumerAssignError",
     "ConsumerAssignException",
     "ConsumerBusy",
+    "ConsumerNotFound",
+    "ConsumerNotInitialized",
+    "CryptoError",
     "CumulativeAcknowledgementNotAllowedError",
     "DataLoss",
     "DirectoryGone",
+    "ErrorGettingAuthenticationData",
+    "IncompatibleSchema",
+    "Interrupted",
     "InvalidConfiguration",
     "InvalidMessage",
     "InvalidTopicName",
+    "InvalidTxnStatusError",
     "InvalidUrl",
     "LogCorrupted",
+    "LookupError",
+    "MemoryBufferIsFull",
     "MessageTooBig",
     "NamespaceNotFound",
     "NotAllowedError",
+    "NotConnected",
     "NotFound",
     "OperationNotSupported",
+    "PathOutsideRoot",
     "PayloadTypeError",
     "ProducerBlockedQuotaExceededError",
     "ProducerBlockedQuotaExceededException",
     "ProducerBusy",
     "ProducerFenced",
+    "ProducerNotInitialized",
     "ProducerQueueIsFull",
     "PulsarException",
+    "ReadError",
     "Result",
+    "SegmentCorrupted",
+    "ServiceUnitNotReady",
     "SubscriptionNotFound",
     "TenantNotFound",
     "Timeout",
+    "TooManyLookupRequestException",
     "TopicDeleted",
     "TopicNotFound",
+    "TopicTerminated",
+    "TransactionConflict",
+    "TransactionCoordinatorNotFoundError",
+    "TransactionNotFound",
+    "UnknownError",
+    "UnsupportedVersionError",
     "result_for",
 ]

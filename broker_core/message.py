@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from broker_core.errors import PayloadTypeError
 from broker_core.message_id import MessageId
+
+if TYPE_CHECKING:
+    from broker_core.crypto import EncryptionContext
 
 
 class Schema(ABC):
@@ -79,6 +82,7 @@ class Message:
     _sticky_key_hash: int = 0
     _chunk_offsets: list[int] | None = None
     _source: int = -1  # index of the consumer's subscription part that delivered it
+    _encryption: EncryptionContext | None = None  # set when the message arrived encrypted
 
     def data(self) -> bytes:
         """The raw payload (b"" for a null-value tombstone; see ``has_null_value``)."""
@@ -130,6 +134,10 @@ class Message:
 
     def sequence_id(self) -> int:
         return -1 if self._sequence_id is None else self._sequence_id
+
+    def encryption_context(self) -> EncryptionContext | None:
+        """How the message was encrypted end to end (``broker_core/crypto.py``), None if it was not."""
+        return self._encryption
 
     def __repr__(self) -> str:
         size = "null" if self._data is None else f"{len(self._data)}B"
@@ -196,7 +204,7 @@ def messages_from_rows(
             event_ms or 0,
             deliver_ms,
             version,
-            trusted_id(partition, ledger_id, entry, batch),
+            trusted_id(partition, ledger_id, entry, batch, topic),
             topic,
             0,
             schema,

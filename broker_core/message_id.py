@@ -124,7 +124,7 @@ class MessageId:
         InvalidConfiguration: a field is not an int or is outside its official C++ type's range.
     """
 
-    __slots__ = ("_batch_index", "_entry_id", "_ledger_id", "_partition")
+    __slots__ = ("_batch_index", "_entry_id", "_ledger_id", "_partition", "_topic")
 
     earliest: ClassVar[MessageId]
     latest: ClassVar[MessageId]
@@ -133,6 +133,7 @@ class MessageId:
     _entry_id: int
     _partition: int
     _batch_index: int
+    _topic: str | None  # the topic a received id came from; not part of equality or serialize()
 
     def __init__(self, partition: int = -1, ledger_id: int = -1, entry_id: int = -1, batch_index: int = -1):
         fields = {
@@ -143,9 +144,12 @@ class MessageId:
         }
         for name, value in fields.items():
             object.__setattr__(self, name, value)
+        _SET_TOPIC(self, None)
 
     @classmethod
-    def _trusted(cls, partition: int, ledger_id: int, entry_id: int, batch_index: int) -> MessageId:
+    def _trusted(
+        cls, partition: int, ledger_id: int, entry_id: int, batch_index: int, topic: str | None = None
+    ) -> MessageId:
         """Build from values the library computed itself (no range checks: the hot receive path).
 
         The slots' own descriptors set the fields (twice as fast as ``object.__setattr__`` by name);
@@ -156,7 +160,20 @@ class MessageId:
         _SET_LEDGER(self, ledger_id)
         _SET_ENTRY(self, entry_id)
         _SET_BATCH(self, batch_index)
+        _SET_TOPIC(self, topic)
         return self
+
+    @classmethod
+    def wrap(cls, msg_id: MessageId) -> MessageId:
+        """The official client's bridge from its C extension's id type; here ids have one type, so
+        this returns an equal id (with the same topic, if it carries one)."""
+        if not isinstance(msg_id, MessageId):
+            raise InvalidConfiguration(
+                f"MessageId.wrap takes a MessageId, got {type(msg_id).__name__} {msg_id!r}; "
+                "build one with MessageId(partition, ledger_id, entry_id, batch_index) or MessageId.deserialize"
+            )
+        return cls._trusted(msg_id._partition, msg_id._ledger_id, msg_id._entry_id, msg_id._batch_index,
+                            msg_id._topic)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"MessageId is immutable; cannot set {name!r}")
@@ -262,8 +279,8 @@ class MessageId:
 
         Args:
             data: the serialized bytes.
-            topic: accepted for signature compatibility with the official client; unused, since a
-                message id here does not carry its topic.
+            topic: the topic (or partition) the id belongs to, as with the official client: a
+                consumer of several topics or partitions can acknowledge an id only if it knows it.
 
         Raises:
             InvalidConfiguration: ``data`` is not bytes-like, is truncated or malformed, or lacks
@@ -298,12 +315,14 @@ class MessageId:
                 raise _malformed(raw, f"field {field} runs past the end")
         if _FIELD_LEDGER_ID not in values or _FIELD_ENTRY_ID not in values:
             raise _malformed(raw, "the required ledgerId and entryId fields are missing")
-        return MessageId(
+        msg_id = MessageId(
             partition=_to_signed(values.get(_FIELD_PARTITION, _UINT64_MASK), 32),
             ledger_id=_to_signed(values[_FIELD_LEDGER_ID], 64),
             entry_id=_to_signed(values[_FIELD_ENTRY_ID], 64),
             batch_index=_to_signed(values.get(_FIELD_BATCH_INDEX, _UINT64_MASK), 32),
         )
+        _SET_TOPIC(msg_id, topic)
+        return msg_id
 
     # --- comparison --------------------------------------------------------------------------------
 
@@ -346,6 +365,7 @@ _SET_PARTITION = MessageId.__dict__["_partition"].__set__
 _SET_LEDGER = MessageId.__dict__["_ledger_id"].__set__
 _SET_ENTRY = MessageId.__dict__["_entry_id"].__set__
 _SET_BATCH = MessageId.__dict__["_batch_index"].__set__
+_SET_TOPIC = MessageId.__dict__["_topic"].__set__
 MessageId.earliest = MessageId(partition=-1, ledger_id=-1, entry_id=-1, batch_index=-1)
 MessageId.latest = MessageId(partition=-1, ledger_id=_INT64_MAX, entry_id=_INT64_MAX, batch_index=-1)
 

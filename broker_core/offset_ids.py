@@ -46,8 +46,9 @@ def seek_offset(snap: Snapshot, msg_id: MessageId, *, inclusive: bool) -> int:
             return snap.next_offset - 1
         return snap.next_offset
     seg = snap.segment_for_entry(msg_id.entry_id())
-    if seg is None:
-        return snap.first_offset  # removed by retention: the oldest live message follows it
+    if seg is None:  # removed (retention, or set aside by a repair): the next live message follows it
+        later = next((s for s in snap.segments if s.base_entry_id > msg_id.entry_id()), None)
+        return later.base_offset if later is not None else snap.next_offset
     start, end = seg.offsets_of_entry(msg_id.entry_id())
     batch = msg_id.batch_index()
     if end - start > 1 or (batch >= 0 and seg.id_of(start)[1] >= 0):

@@ -115,12 +115,13 @@ class PolicyStore:
         self._lock = threading.Lock()
 
     def _namespace_state(self, ns: NamespaceName) -> VersionedState:
-        return VersionedState(self.io, f"{ns.tenant}/{ns.namespace}/_namespace")
+        return VersionedState(self.io, f"{ns.tenant}/{ns.namespace}/_namespace", validate=_check_record)
 
     def _topic_state(self, topic: TopicName) -> VersionedState:
         base = topic.partitioned_topic_name
         return VersionedState(
-            self.io, f"{base.tenant}/{base.namespace}/{base.domain.value}/_policies/{base.local_name}"
+            self.io, f"{base.tenant}/{base.namespace}/{base.domain.value}/_policies/{base.local_name}",
+            validate=_check_record,
         )
 
     def namespace_policies(self, namespace: str | NamespaceName) -> Policies:
@@ -182,6 +183,12 @@ class PolicyStore:
         with self._lock:
             self._cache[key] = (now, value)
         return value
+
+
+def _check_record(doc: dict[str, Any]) -> None:
+    """A namespace or topic-policy record must hold valid policies: a damaged one is ``LogCorrupted``
+    naming its file (``VersionedState`` wraps the ``ValueError`` this raises), not a raw pydantic error."""
+    Policies.model_validate(doc.get("policies", {}))
 
 
 def _merge(current: dict[str, Any], changes: dict[str, Any], remove: Sequence[str], *, source: str) -> Policies:

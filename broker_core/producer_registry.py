@@ -64,8 +64,9 @@ class ProducerRegistry:
         raises the log's epoch to it (``TopicLog.bump_producer_epoch``).
 
         Raises:
-            ProducerBusy: the mode's rule refuses the registration right now (WaitForExclusive
-                callers retry until it succeeds).
+            ProducerBusy: the name is taken, or a Shared producer meets an exclusive holder.
+            ProducerFenced: an exclusive producer meets connected producers (as Pulsar's broker
+                answers); WaitForExclusive callers retry until it succeeds.
         """
         exclusive = mode != ProducerAccessMode.Shared
         assigned = {"epoch": 0}
@@ -83,9 +84,10 @@ class ProducerRegistry:
                 )
             if mode == ProducerAccessMode.ExclusiveWithFencing:
                 others = {}
-            elif exclusive and others:
-                raise ProducerBusy(
-                    f"cannot take {self.topic_path!r} exclusively: producers {sorted(others)} are connected",
+            elif exclusive and others:  # Pulsar's broker fences the newcomer here (ProducerFenced)
+                raise ProducerFenced(
+                    f"cannot take {self.topic_path!r} exclusively: producers {sorted(others)} are connected; "
+                    "close them, or use ProducerAccessMode.WaitForExclusive or ExclusiveWithFencing",
                     topic=self.topic_path,
                 )
             elif any(p["mode"] != ProducerAccessMode.Shared.name for p in others.values()):

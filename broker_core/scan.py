@@ -77,6 +77,13 @@ def scan(task: ScanTask, *, max_rows: int = 65_536) -> Iterator[ScanChunk]:
                 topic=task.topic,
             )
         pos = max(start, snap.first_offset)
+        lost = snap.holes(pos, end) if task.fail_on_data_loss else []
+        if lost:
+            raise DataLoss(
+                f"offsets [{lost[0][0]}, {lost[0][1]}) of {task.topic} were set aside as damaged by `pubsub topics "
+                "check --repair` before this query read them; set failOnDataLoss=false to skip them",
+                topic=task.topic,
+            )
         while pos < end:
             stop = min(end, pos + max_rows)
             rows, offsets = log.read(pos, stop, snapshot=snap)

@@ -14,9 +14,16 @@ import enum
 import json
 import re
 import uuid
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from broker_core.errors import SegmentCorrupted
+from broker_core.storage import FileIO
+
+if TYPE_CHECKING:
+    from broker_core.log.segment_ref import SegmentRef
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -153,6 +160,27 @@ def decode_segment(source: pa.NativeFile, columns: list[str] | None = None) -> p
     return table
 
 
+def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef) -> pa.Table:
+    """A live segment's rows, or ``SegmentCorrupted`` naming the file when it is missing, cannot be
+    decoded (truncated, overwritten) or holds another number of rows than its ``add`` records (its
+    offsets would then be wrong).  The message says what to do: restore the file, or set it aside
+    with ``pubsub topics check --repair`` (its messages are then recorded as lost)."""
+    path = f"{topic_path}/{seg.path}"
+    what = f"segment {path!r} (offsets {seg.base_offset}..{seg.end_offset - 1})"
+    fix = ("; restore the file from a backup, or run `pubsub topics check TOPIC --repair --execute` to set it "
+           "aside (its messages are then recorded as lost)")
+    if not io.exists(path):
+        raise SegmentCorrupted(f"{what} is missing{fix}", path=path, offset=seg.base_offset)
+    try:
+        table = decode_segment(io.open_input(path))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise SegmentCorrupted(f"{what} is unreadable ({exc}){fix}", path=path, offset=seg.base_offset) from exc
+    if table.num_rows != seg.num_records:
+        raise SegmentCorrupted(f"{what} holds {table.num_rows} rows, its log entry says {seg.num_records}{fix}",
+                               path=path, offset=seg.base_offset)
+    return table
+
+
 __all__ = [
     "SEGMENT_SCHEMA",
     "TIMESTAMP",
@@ -163,4 +191,5 @@ __all__ = [
     "encode_segment",
     "new_segment_name",
     "parquet_codec",
+    "read_segment_checked",
 ]

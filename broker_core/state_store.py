@@ -16,6 +16,7 @@ versions from 0 again.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 import threading
@@ -27,6 +28,7 @@ from typing import Any
 from broker_core.errors import CommitConflict, LogCorrupted
 from broker_core.storage import FileIO
 
+_LOG = logging.getLogger(__name__)
 _VERSION_RE = re.compile(r"^(\d{20})\.json$")
 
 Document = dict[str, Any]
@@ -53,13 +55,21 @@ class VersionedState:
         directory: the state's directory, relative to the root.
         keep_versions: how many newest versions survive cleanup.
         anchor: a directory above ``directory`` that writes must never re-create (see the module doc).
+        validate: decodes a document the way its user will (raising ``ValueError``, ``KeyError`` or
+            ``TypeError`` when it cannot); a version that fails it counts as damaged, like one that
+            is not JSON.  With ``fall_back`` a damaged version is skipped (logged once, the newest
+            readable older version is used, and the next update writes after the damaged one);
+            without it, reading it raises ``LogCorrupted`` naming the file.
     """
 
     def __init__(
         self, io: FileIO, directory: str, *, keep_versions: int = 20, max_retries: int = 1000,
-        anchor: str | None = None,
+        anchor: str | None = None, validate: Callable[[Document], object] | None = None, fall_back: bool = False,
     ) -> None:
         self.io = io
+        self.validate = validate
+        self.fall_back = fall_back
+        self.damaged: dict[int, str] = {}  # version -> why, for the versions skipped so far
         self.directory = directory
         self.anchor = anchor
         self.keep_versions = keep_versions
@@ -83,16 +93,43 @@ class VersionedState:
             raise LogCorrupted(f"state file {self._path(version)!r} is not JSON: {exc}", version=version) from exc
         if not isinstance(doc, dict):
             raise LogCorrupted(f"state file {self._path(version)!r} is not a JSON object", version=version)
+        if self.validate is not None:
+            try:
+                self.validate(_strip(dict(doc)))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise LogCorrupted(f"state file {self._path(version)!r} is malformed ({exc!r})",
+                                   version=version) from exc
         return doc
+
+    def _read_or_skip(self, version: int) -> Document | LogCorrupted | None:
+        """As ``_read``, but with ``fall_back`` a damaged version is returned as its error."""
+        try:
+            return self._read(version)
+        except LogCorrupted as exc:
+            if not self.fall_back:
+                raise
+            if version not in self.damaged:
+                self.damaged[version] = str(exc)
+                _LOG.warning("%s; skipping it and using the newest readable older version (repair with "
+                             "`pubsub topics check --repair`)", exc)
+            return exc
 
     def _relist(self) -> None:
         self._fresh = True
         versions = sorted(int(m.group(1)) for n in self.io.list_dir(self.directory) if (m := _VERSION_RE.match(n)))
+        newest_damaged: LogCorrupted | None = None
+        top = -1
         for version in reversed(versions):
-            doc = self._read(version)
+            doc = self._read_or_skip(version)
+            if isinstance(doc, LogCorrupted):
+                newest_damaged = newest_damaged or doc
+                top = max(top, version)
+                continue
             if doc is not None:
-                self._version, self._doc = version, doc
+                self._version, self._doc = max(top, version), doc  # the next update goes above the damage
                 return
+        if newest_damaged is not None:
+            raise newest_damaged  # no readable version is left to fall back to
         self._version, self._doc = -1, None
 
     def latest(self) -> tuple[int, Document | None]:
@@ -102,7 +139,10 @@ class VersionedState:
             if self._version < 0:
                 self._relist()
             while True:
-                nxt = self._read(self._version + 1)
+                nxt = self._read_or_skip(self._version + 1)
+                if isinstance(nxt, LogCorrupted):  # keep the document we have, step over the damage
+                    self._version += 1
+                    continue
                 if nxt is not None:
                     self._version, self._doc, self._fresh = self._version + 1, nxt, True
                     continue
@@ -149,7 +189,9 @@ class VersionedState:
 
     def _unchanged(self, version: int, raw: Document | None) -> bool:
         """Is ``<version>`` still the document we cached?  One small read, paid by updates only."""
-        current = self._read(version)
+        current = self._read_or_skip(version)
+        if isinstance(current, LogCorrupted):  # the damaged version we stepped over: still the same
+            return True
         return current is not None and current.get(_ID) == (raw or {}).get(_ID)
 
     def _floor(self) -> int:

@@ -4,8 +4,9 @@ Everything the library persists goes through a ``FileIO``: the transaction log, 
 cursor and registry state.  The interface is deliberately small so that an object-store
 implementation (conditional put for ``put_if_absent``) can follow the local one.
 
-Paths are POSIX-style strings relative to the storage root; they are built only from names that
-``broker_core.naming`` has validated, so they never escape the root.
+Paths are POSIX-style strings relative to the storage root, built from names ``broker_core.naming``
+validated and from paths the log decoders accept (segment names only); ``contained_path`` refuses any
+path that would still resolve outside the root (``PathOutsideRoot``), as a second line of defence.
 
 Durability rules (see ``docs/PROTOCOL.md``):
 - ``put_if_absent`` is the commit primitive: the file appears complete or not at all, and an
@@ -35,7 +36,15 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 from pyarrow import fs as pafs
 
-from broker_core.errors import BrokerPersistenceError, DirectoryGone, InvalidUrl
+from broker_core.errors import (
+    AuthorizationError,
+    BrokerPersistenceError,
+    ConnectError,
+    DirectoryGone,
+    InvalidUrl,
+    PathOutsideRoot,
+    ReadError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +56,38 @@ class FileStatus:
     mtime_ms: int
 
 
+def contained_path(root: str, path: str) -> str:
+    """``root/path`` as an absolute normalised path, refusing any ``path`` that resolves outside ``root``.
+
+    Every ``FileIO`` operation goes through this, a second line of defence behind the decoders that
+    accept only the path forms the protocol allows: a ``..`` part, an absolute path or a drive
+    letter that leaves the root raises ``PathOutsideRoot`` before anything is read or written.
+    The check is lexical (no system call); ``delete`` additionally resolves symbolic links.
+    """
+    full = os.path.normpath(os.path.join(root, path))
+    if full != root and not full.startswith(root.rstrip(os.sep) + os.sep):
+        raise PathOutsideRoot(
+            f"refusing to touch {path!r}: it resolves to {full!r}, outside the storage root {root!r}; "
+            "the path came from damaged metadata (run `pubsub topics check`)",
+            path=path,
+        )
+    return full
+
+
 class FileIO(Protocol):
     """Storage operations the broker needs; paths are relative to the root."""
 
     @property
     def root_uri(self) -> str:
         """A URI naming the storage root (``file:///abs/path``)."""
+        ...
+
+    def root_status(self) -> str:
+        """``"directory"`` if the root exists, ``"missing"``, or ``"not a directory"``."""
+        ...
+
+    def make_root(self) -> None:
+        """Create the root (only when the user asked for it)."""
         ...
 
     def read_bytes(self, path: str) -> bytes | None:
@@ -100,7 +135,7 @@ class LocalFileIO:
     """``FileIO`` over a local (or mounted shared) folder.
 
     Args:
-        root: absolute or relative folder; created if missing.
+        root: absolute or relative folder (``root_check.open_root`` checks it exists or creates it).
         fsync: fsync files and directories on writes (turn off only for throwaway data).
     """
 
@@ -108,19 +143,37 @@ class LocalFileIO:
         self._root = os.path.abspath(root)
         self._fsync = fsync
         self._fs = pafs.LocalFileSystem()
+        # the root is neither created nor required here: ``root_check.open_root`` decides (a missing
+        # root is an error unless the caller asked to create it)
+        if os.path.isdir(self._root) and not os.access(self._root, os.R_OK | os.X_OK):
+            raise AuthorizationError(
+                f"the storage root {self._root!r} is not readable; fix its permissions or pick another root",
+                root=self._root,
+            )
+
+    @property
+    def writable(self) -> bool:
+        """False for a read-only root (a read-only mount, a snapshot): it opens for reading (peek,
+        stats, readers) and a write then fails with BrokerPersistenceError naming the file
+        (docs/DECISIONS.md).  Asked each time, since ``make_root`` may create the root later."""
+        return os.access(self._root, os.W_OK | os.X_OK)
+
+    def root_status(self) -> str:
+        """``"directory"``, ``"missing"`` or ``"not a directory"`` (what ``open_root`` checks)."""
+        if os.path.isdir(self._root):
+            return "directory"
+        return "not a directory" if os.path.exists(self._root) else "missing"
+
+    def make_root(self) -> None:
+        """Create the root folder (and its parents); only on the caller's explicit request."""
         try:
             os.makedirs(self._root, exist_ok=True)
         except OSError as exc:
-            raise BrokerPersistenceError(
-                f"cannot create or open the storage root {self._root!r}: {exc.strerror}; "
-                "check the path and its permissions",
+            error = AuthorizationError if isinstance(exc, PermissionError) else ConnectError
+            raise error(
+                f"cannot create the storage root {self._root!r}: {exc.strerror}; check the path and its permissions",
                 root=self._root,
             ) from exc
-        if not os.access(self._root, os.W_OK | os.X_OK):
-            raise BrokerPersistenceError(
-                f"the storage root {self._root!r} is not writable; fix its permissions or pick another root",
-                root=self._root,
-            )
 
     @property
     def root(self) -> str:
@@ -131,7 +184,7 @@ class LocalFileIO:
         return "file://" + self._root
 
     def abs_path(self, path: str) -> str:
-        return os.path.join(self._root, path)
+        return contained_path(self._root, path)
 
     def read_bytes(self, path: str) -> bytes | None:
         try:
@@ -221,8 +274,17 @@ class LocalFileIO:
             return []
 
     def delete(self, path: str) -> bool:
+        full = self.abs_path(path)
+        # a symbolic link inside the root may point outside it: deletion resolves it before unlinking
+        real_parent = os.path.realpath(os.path.dirname(full))
+        real_root = os.path.realpath(self._root)
+        if real_parent != real_root and not real_parent.startswith(real_root.rstrip(os.sep) + os.sep):
+            raise PathOutsideRoot(
+                f"refusing to delete {path!r}: its directory resolves to {real_parent!r}, outside the "
+                f"storage root {real_root!r}", path=path,
+            )
         try:
-            os.unlink(self.abs_path(path))
+            os.unlink(full)
             return True
         except FileNotFoundError:
             return False
@@ -325,7 +387,11 @@ class LocalFileIO:
             os.close(fd)
 
     def _error(self, what: str, path: str, exc: OSError) -> BrokerPersistenceError:
-        return BrokerPersistenceError(
+        """The error of a failed storage call: ``AuthorizationError`` when permissions refused it,
+        ``ReadError`` for other failed reads, else ``BrokerPersistenceError``."""
+        error = (AuthorizationError if isinstance(exc, PermissionError)
+                 else ReadError if what == "read" else BrokerPersistenceError)
+        return error(
             f"storage {what} failed for {path!r} under {self._root!r}: {exc.strerror or exc}",
             path=path,
         )
@@ -368,4 +434,4 @@ def file_io_for(service_url: str, *, fsync: bool = True) -> LocalFileIO:
     )
 
 
-__all__ = ["FileIO", "FileStatus", "LocalFileIO", "file_io_for"]
+__all__ = ["FileIO", "FileStatus", "LocalFileIO", "contained_path", "file_io_for"]

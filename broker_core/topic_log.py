@@ -35,7 +35,7 @@ from broker_core.append_checks import (
     filter_layout,
     producer_txns,
 )
-from broker_core.errors import DirectoryGone, ProducerFenced, TopicDeleted
+from broker_core.errors import DirectoryGone, ProducerFenced, SegmentCorrupted, TopicDeleted
 from broker_core.log.actions import Action, Add, Metadata, Txn
 from broker_core.log.segment_ref import SegmentRef, layout_messages
 from broker_core.log.snapshot import (
@@ -52,10 +52,10 @@ from broker_core.offset_ids import seek_offset, segment_id_arrays
 from broker_core.segment import (
     SEGMENT_SCHEMA,
     CompressionType,
-    decode_segment,
     delta_schema_string,
     encode_segment,
     new_segment_name,
+    read_segment_checked,
 )
 from broker_core.staged_writes import StagedSegment, staged_commit_actions, unreferenced, write_staged
 from broker_core.storage import FileIO
@@ -321,13 +321,18 @@ class TopicLog(Waiters):
     # -- reading ------------------------------------------------------------------------------------
 
     def segment_table(self, seg: SegmentRef) -> pa.Table:
-        """The decoded rows of a segment (small LRU cache: readers fetch a segment piecewise)."""
+        """The decoded rows of a segment (small LRU cache: readers fetch a segment piecewise).
+
+        Raises:
+            SegmentCorrupted: the file is missing, unreadable, or holds another row count than its
+                ``add`` says (``docs/PROTOCOL.md`` section 3a: what to do about it).
+        """
         with self._cache_lock:
             cached = self._cache.get(seg.path)
             if cached is not None:
                 self._cache.move_to_end(seg.path)
                 return cached
-        table = decode_segment(self.io.open_input(f"{self.path}/{seg.path}"))
+        table = read_segment_checked(self.io, self.path, seg)
         with self._cache_lock:
             self._cache[seg.path] = table
             while len(self._cache) > _SEGMENT_CACHE_ENTRIES:
@@ -339,8 +344,25 @@ class TopicLog(Waiters):
 
         Returns the rows (``SEGMENT_SCHEMA``) and an int64 array of their offsets; removed ranges
         are simply absent (callers detect data loss by comparing with ``first_offset``).
+
+        Raises:
+            SegmentCorrupted: a segment in the range is damaged (``read_until`` returns what precedes it).
         """
+        table, offsets, _ = self._read(start, end, snapshot, partial=False)
+        return table, offsets
+
+    def read_until(self, start: int, end: int, *,
+                   snapshot: Snapshot | None = None) -> tuple[pa.Table, np.ndarray, int]:
+        """As ``read``, but a damaged segment after some readable rows ends the read early instead of
+        failing it: returns the rows, their offsets and where reading stopped (``end``, or the damaged
+        segment's base offset).  A read that *starts* at a damaged segment raises ``SegmentCorrupted``,
+        so readers deliver every good message before the damage and then report it."""
+        return self._read(start, end, snapshot, partial=True)
+
+    def _read(self, start: int, end: int, snapshot: Snapshot | None,
+              partial: bool) -> tuple[pa.Table, np.ndarray, int]:
         snap = snapshot or self.log.cached_snapshot()
+        stop = end
         end = min(end, snap.next_offset)
         pieces: list[pa.Table] = []
         offsets: list[np.ndarray] = []
@@ -351,13 +373,20 @@ class TopicLog(Waiters):
                 break
             lo = max(start, seg.base_offset) - seg.base_offset
             hi = min(end, seg.end_offset) - seg.base_offset
-            pieces.append(self.segment_table(seg).slice(lo, hi - lo))
+            try:
+                rows = self.segment_table(seg)
+            except SegmentCorrupted:
+                if not (partial and pieces):
+                    raise
+                stop = seg.base_offset  # the next read starts here and reports the damage
+                break
+            pieces.append(rows.slice(lo, hi - lo))
             offsets.append(np.arange(seg.base_offset + lo, seg.base_offset + hi, dtype=np.int64))
             i += 1
         if not pieces:
-            return SEGMENT_SCHEMA.empty_table(), np.empty(0, dtype=np.int64)
+            return SEGMENT_SCHEMA.empty_table(), np.empty(0, dtype=np.int64), stop
         table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-        return table, np.concatenate(offsets)
+        return table, np.concatenate(offsets), stop
 
     def ids_for_offsets(
         self, offsets: np.ndarray, *, snapshot: Snapshot | None = None

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--messages must be >= 1, got {args.messages}")
 
     root = os.path.abspath(args.root)
-    client = Client(root)
+    client = Client(root, create_root=True)  # the demo's own folder: creating it is what the user asked for
     admin = Admin.open(root)
     topic = "persistent://public/default/orders"
     try:

@@ -10,9 +10,10 @@ from broker_core.errors import InvalidConfiguration
 from spark_pubsub.offsets import PartitionPlanner, parse_offsets_spec, parse_starting_offsets
 from spark_pubsub.options import SourceOptions
 from spark_pubsub.scan_partition import ScanPartition, read_scan_partition
+from spark_pubsub.worker_import import WorkerImportable
 
 
-class PubSubBatchReader(DataSourceReader):
+class PubSubBatchReader(DataSourceReader, metaclass=WorkerImportable):
     """Reads every live message between ``startingOffsets`` (default earliest) and ``endingOffsets``
     (default latest), or between ``startingTimestamp`` and ``endingTimestamp`` (publish time)."""
 
@@ -27,6 +28,7 @@ class PubSubBatchReader(DataSourceReader):
                 )
         self.options = options
         self.planner = PartitionPlanner(options)
+        self.planner.require_topics()
         start = parse_starting_offsets(self.planner, options, default="earliest")
         if options.ending_timestamp is not None:
             if options.ending_offsets is not None:

@@ -1,4 +1,4 @@
-"""Driver-side planning: topic resolution, offsets, admission control, claims and acknowledgments.
+"""Driver-side planning: offsets, admission control, claims and acknowledgments (topics: ``topic_resolver``).
 
 Every decision about *which* messages belong to a subscription is delegated to ``broker_core``
 (``SubscriptionPart.claim``, the cursor); this module turns those decisions into Spark offsets (JSON
@@ -7,30 +7,29 @@ dicts of plain values) and input partitions.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
-from broker_core.broker import Broker
 from broker_core.client.subscription_part import SubscriptionPart
 from broker_core.compacted_view import CompactedTopic
 from broker_core.cursor import ConsumerType, Cursor
-from broker_core.errors import InvalidConfiguration, InvalidTopicName, OperationNotSupported
+from broker_core.errors import InvalidConfiguration
 from broker_core.message import BytesSchema
 from broker_core.naming import TopicName
 from broker_core.ranges import RangeSet
 from broker_core.scan import ScanTask, split_slots
+from spark_pubsub.offset_specs import parse_offsets_spec, parse_starting_offsets
 from spark_pubsub.options import SourceOptions
 from spark_pubsub.scan_partition import ScanPartition
+from spark_pubsub.topic_resolver import TopicResolver
 
 _TYPES = {"Exclusive": ConsumerType.Exclusive, "Failover": ConsumerType.Failover, "Shared": ConsumerType.Shared,
           "Key_Shared": ConsumerType.KeyShared}
-_DISCOVERY_S = 1.0
 
 
-class PartitionPlanner:
-    """Resolves topics and plans batches; holds driver-only state that is dropped when pickled."""
+class PartitionPlanner(TopicResolver):
+    """Plans batches over the resolved topics; holds driver-only state that is dropped when pickled."""
 
     def __init__(self, options: SourceOptions) -> None:
         claims = options.subscription is not None and options.subscription_type in ("Shared", "Key_Shared")
@@ -39,74 +38,11 @@ class PartitionPlanner:
                 f"option readCompacted: can only be used with Exclusive or Failover subscriptions, not "
                 f"subscriptionType={options.subscription_type}", option="readCompacted",
             )
-        self.options = options
-        self._broker: Broker | None = None
-        self._topics: list[tuple[TopicName, str, int]] = []
-        self._discovered_s = 0.0
+        super().__init__(options)
         self._parts: dict[str, SubscriptionPart] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_broker": None, "_topics": [], "_discovered_s": 0.0, "_parts": {}}
-
-    # -- topics -------------------------------------------------------------------------------------
-
-    @property
-    def broker(self) -> Broker:
-        if self._broker is None:
-            self._broker = Broker.for_url(self.options.root)
-        return self._broker
-
-    @property
-    def lease_ms(self) -> int:
-        return self.options.lease_renew_ms or self.broker.config.consumer_lease_ms
-
-    def internal_topics(self) -> list[tuple[TopicName, str, int]]:
-        """(internal topic, display name, partition index) of every subscribed topic, refreshed for
-        pattern subscriptions at most once a second so new matching topics are picked up."""
-        now = time.monotonic()
-        if self._topics and (self.options.topics_pattern is None or now - self._discovered_s < _DISCOVERY_S):
-            return self._topics
-        self._discovered_s = now
-        option = ("topicsPattern" if self.options.topics_pattern else "topics" if self.options.topics
-                  else "topic")
-        try:
-            if self.options.topics_pattern:
-                _, names = self.broker.match_topics(self.options.topics_pattern)
-            elif self.options.topics:
-                names = [t.strip() for t in self.options.topics.split(",") if t.strip()]
-            else:
-                names = [self.options.topic or ""]
-            for name in names:
-                TopicName.parse(name)
-        except (InvalidConfiguration, InvalidTopicName) as exc:  # say which option held the bad value
-            raise InvalidConfiguration(f"option {option}: {exc}", option=option) from None
-        if self.options.retry_enable and self.options.subscription:
-            # a consumer with retry enabled also reads its retry letter topics
-            names = names + [f"{TopicName.parse(n)}-{self.options.subscription}-RETRY" for n in names
-                             if not n.endswith("-RETRY")]
-        out: list[tuple[TopicName, str, int]] = []
-        for name in names:
-            topic = TopicName.parse(name)
-            if not topic.is_persistent:
-                raise OperationNotSupported(f"{topic} is non-persistent: Spark reads persistent topics only")
-            partitions = self.broker.partitions(topic)
-            partitioned = len(partitions) > 1 or partitions[0] != topic
-            for index, part in enumerate(partitions):
-                out.append((part, str(part), index if partitioned else -1))
-        self._topics = out
-        return out
-
-    def _log(self, name: TopicName) -> Any:
-        return self.broker.topic_log(name)
-
-    def latest_positions(self) -> dict[str, int]:
-        return {display: self._log(t).snapshot().next_offset for t, display, _ in self.internal_topics()}
-
-    def earliest_positions(self) -> dict[str, int]:
-        return {display: self._log(t).snapshot().first_offset for t, display, _ in self.internal_topics()}
-
-    def timestamp_positions(self, timestamp_ms: int) -> dict[str, int]:
-        return {display: self._log(t).offset_for_publish_time(timestamp_ms) for t, display, _ in self.internal_topics()}
+        return {**super().__getstate__(), "_parts": {}}
 
     # -- subscription -------------------------------------------------------------------------------
 
@@ -193,15 +129,20 @@ class PartitionPlanner:
         previous active consumer got to: such a batch says so in ``from`` (``plan`` reads
         ``[from, end)`` there), so the batch stays a pure function of its offsets.
         """
-        positions = dict(start.get("parts", {}))
-        latest = self.latest_positions()
-        earliest = self.earliest_positions()
+        checkpointed = dict(start.get("parts", {}))
+        self.require_topics(checkpointed)  # a topic deleted mid-query is failOnDataLoss's call
+        bounds = self.bounds()
+        positions = self.check_data_loss(checkpointed, bounds)
+        latest = {name: end for name, (_, end) in bounds.items()}
+        earliest = {name: first for name, (first, _) in bounds.items()}
+        # failOnDataLoss=false restarted a re-created topic from its start: the batch reads from there
+        restarted = {n: p for n, p in positions.items() if n in checkpointed and checkpointed[n] != p}
         marks: dict[str, int] = {}
         inactive: set[str] = set()
         failover = self.options.subscription is not None and self.options.subscription_type == "Failover"
         if consumer is not None and failover:
             marks, inactive = self._failover_view(consumer)
-        skips: dict[str, int] = {}
+        skips: dict[str, int] = dict(restarted)
         available: dict[str, int] = {}
         for name, last in latest.items():
             begin: int = positions.setdefault(name, earliest[name])  # new partition or topic: from its start
@@ -358,7 +299,7 @@ class PartitionPlanner:
                                     topic=display, partition=index, ranges=tuple(piece), slot_range=slot_range,
                                     fail_on_data_loss=self.options.fail_on_data_loss, redelivery=counts,
                                     compacted=None if view is None else (int(view[0]), str(view[1])))
-                    out.append(ScanPartition([task]))
+                    out.append(ScanPartition([task], include_headers=self.options.include_headers))
         return out
 
     def settle(self, consumer: str, start: dict[str, Any]) -> None:
@@ -437,45 +378,6 @@ def _split_ranges(ranges: list[tuple[int, int]], limit: int | None) -> list[list
                 pieces.append([])
                 room = limit
     return [p for p in pieces if p]
-
-
-def parse_starting_offsets(planner: PartitionPlanner, options: SourceOptions, *, default: str) -> dict[str, int]:
-    """``startingOffsets``: "earliest", "latest" or JSON ``{"<internal topic>": offset}`` (-2 = earliest,
-    -1 = latest); or ``startingTimestamp`` (publish time, inclusive)."""
-    if options.starting_timestamp is not None:
-        return planner.timestamp_positions(options.starting_timestamp)
-    return parse_offsets_spec(planner, options.starting_offsets or default, "startingOffsets")
-
-
-def parse_offsets_spec(planner: PartitionPlanner, spec: str, option: str) -> dict[str, int]:
-    text = spec.strip()
-    if text.lower() == "earliest":
-        return planner.earliest_positions()
-    if text.lower() == "latest":
-        return planner.latest_positions()
-    try:
-        given = json.loads(text)
-    except ValueError:
-        raise InvalidConfiguration(
-            f"option {option}={spec!r} is neither 'earliest', 'latest' nor JSON like "
-            '{"persistent://public/default/t-partition-0": 42}', option=option,
-        ) from None
-    if not isinstance(given, dict):
-        raise InvalidConfiguration(f"option {option}: the JSON must be an object of topic to offset", option=option)
-    earliest, latest = planner.earliest_positions(), planner.latest_positions()
-    out = dict(latest if option == "endingOffsets" else earliest)
-    for name, value in given.items():
-        full = str(TopicName.parse(name)) if isinstance(name, str) else name
-        if full not in latest:
-            raise InvalidConfiguration(
-                f"option {option}: {name!r} is not one of this query's internal topics: {sorted(latest)}",
-                option=option,
-            )
-        if isinstance(value, bool) or not isinstance(value, int) or value < -2:
-            raise InvalidConfiguration(f"option {option}: offset for {name!r} must be an int >= -2, got {value!r}",
-                                       option=option)
-        out[full] = earliest[full] if value == -2 else latest[full] if value == -1 else value
-    return out
 
 
 __all__ = ["PartitionPlanner", "parse_offsets_spec", "parse_starting_offsets"]

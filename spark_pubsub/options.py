@@ -7,7 +7,9 @@ values fail with ``InvalidConfiguration`` naming the option as the user wrote it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -78,6 +80,8 @@ class SourceOptions(_Options):
     allow_out_of_order_delivery: bool = Field(False, alias="allowoutoforderdelivery", title="allowOutOfOrderDelivery")
     lease_renew_ms: int | None = Field(None, alias="leaserenewms", title="leaseRenewMs", gt=0)
     retry_enable: bool = Field(False, alias="retryenable", title="retryEnable")
+    include_headers: bool = Field(False, alias="includeheaders", title="includeHeaders")
+    wait_for_topic: bool = Field(False, alias="waitfortopic", title="waitForTopic")
 
     @field_validator("subscription_type", mode="before")
     @classmethod
@@ -173,6 +177,7 @@ class SinkOptions(_Options):
     sink_id: str | None = Field(None, alias="sinkid", title="sinkId")
     producer_name: str | None = Field(None, alias="producername", title="producerName")
     checkpoint_location: str | None = Field(None, alias="checkpointlocation", title="checkpointLocation")
+    create_root: bool = Field(False, alias="createroot", title="createRoot")
 
     @field_validator("compression_type", mode="before")
     @classmethod
@@ -201,19 +206,98 @@ def _title(model: type[BaseModel], key: str) -> str:
     return key
 
 
+def _prefix_pattern(value: str) -> str:
+    """Kafka's ``subscribePattern`` matches bare topic names; ours needs the namespace to watch."""
+    return value if "://" in value else f"persistent://public/default/{value}"
+
+
+@dataclass(frozen=True, slots=True)
+class Alias:
+    """A Kafka connector option accepted under its Kafka name (same meaning as ``target``)."""
+
+    title: str
+    target: str  # the lower-cased alias of the model field it fills
+    convert: Callable[[str], str] = str
+
+
+ALIASES: dict[str, Alias] = {
+    a.title.lower(): a
+    for a in (
+        Alias("subscribe", "topics"),
+        Alias("subscribePattern", "topicspattern", _prefix_pattern),
+        Alias("maxOffsetsPerTrigger", "maxmessagespertrigger"),
+    )
+}
+"""Spark Kafka connector option names accepted as aliases (docs/SPARK.md, "Moving over from Kafka")."""
+
+KAFKA_ONLY: dict[str, str] = {
+    "kafka.bootstrap.servers": "the storage root replaces the brokers: .option('serviceUrl', '/path/to/root')",
+    "assign": "partitions are read whole: use topic, topics (subscribe) or topicsPattern (subscribePattern)",
+    "startingoffsetsbytimestamp": "use startingTimestamp (one publish time for every partition)",
+    "endingoffsetsbytimestamp": "use endingTimestamp (one publish time for every partition)",
+    "startingoffsetsbytimestampstrategy": "use startingTimestamp: a partition with nothing newer starts at its end",
+    "kafka.group.id": "durable progress lives in a subscription: .option('subscription', 'name')",
+    "groupidprefix": "durable progress lives in a subscription: .option('subscription', 'name')",
+    "kafkaconsumer.polltimeoutms": "there is no broker to poll; drop the option",
+    "fetchoffset.numretries": "there is no broker to ask; drop the option",
+    "fetchoffset.retryintervalms": "there is no broker to ask; drop the option",
+}
+"""Kafka connector options with no counterpart, and what to do instead (an error names both)."""
+
+
+def _known_titles(model: type[BaseModel]) -> dict[str, str]:
+    titles = {f.alias: f.title or f.alias for f in model.model_fields.values() if f.alias}
+    if model is SourceOptions or issubclass(model, SourceOptions):
+        titles.update({key: a.title for key, a in ALIASES.items()})
+    return titles
+
+
+def _unknown(model: type[BaseModel], key: str) -> InvalidConfiguration:
+    """The error for an option ``model`` does not know: the nearest valid name, or the Kafka hint."""
+    hint = KAFKA_ONLY.get(key)
+    if hint:
+        return InvalidConfiguration(
+            f"option {key!r} of Spark's Kafka connector has no counterpart in format('pubsub'): {hint}", option=key
+        )
+    titles = _known_titles(model)
+    near = difflib.get_close_matches(key, list(titles), n=1, cutoff=0.6)
+    if near:
+        suggestion = f"did you mean {titles[near[0]]!r}?"
+    else:
+        suggestion = f"valid options: {', '.join(sorted(set(titles.values()), key=str.lower))}"
+    where = "a read" if issubclass(model, SourceOptions) else "a write"
+    return InvalidConfiguration(
+        f"unknown option {key!r} for {where} with format('pubsub') (Spark passes option names lower-cased); "
+        f"{suggestion}",
+        option=key,
+    )
+
+
 def parse_options(model: type[_Options], options: Mapping[str, str]) -> Any:
-    """Validate Spark's (lower-cased, string) options into ``model``; errors name the option."""
+    """Validate Spark's (lower-cased, string) options into ``model``; errors name the option.
+
+    Kafka connector names (``ALIASES``) fill the field they mean; an error about such a value names
+    the option as the user wrote it.  Unknown names get the nearest valid one as a suggestion.
+    """
     values = {k.lower(): v for k, v in options.items()}
     known = {f.alias for f in model.model_fields.values()}
+    spelled: dict[str, str] = {}  # model alias -> the name the user used, when it was a Kafka alias
     for key in list(values):
-        if key not in known:
-            if key in _SPARK_KEYS:
-                values.pop(key)
-                continue
-            titles = sorted(f.title or "" for f in model.model_fields.values())
+        if key in known:
+            continue
+        if key in _SPARK_KEYS:
+            values.pop(key)
+            continue
+        alias = ALIASES.get(key) if issubclass(model, SourceOptions) else None
+        if alias is None:
+            raise _unknown(model, key)
+        if alias.target in values:
             raise InvalidConfiguration(
-                f"unknown option {key!r} for format('pubsub'); valid options: {', '.join(titles)}", option=key
+                f"options {alias.title} and {_title(model, alias.target)} mean the same thing; give one of them",
+                option=alias.title,
             )
+        values[alias.target] = alias.convert(values.pop(key))
+        spelled[alias.target] = alias.title
     try:
         return model.model_validate(values)
     except ValidationError as exc:
@@ -223,10 +307,13 @@ def parse_options(model: type[_Options], options: Mapping[str, str]) -> Any:
             msg = err.get("msg", "invalid")
             if loc:
                 key = str(loc[0])
-                problems.append(f"option {_title(model, key)}={values.get(key)!r}: {msg}")
+                problems.append(f"option {spelled.get(key) or _title(model, key)}={values.get(key)!r}: {msg}")
             else:
-                problems.append(msg.removeprefix("Value error, "))
+                text = msg.removeprefix("Value error, ")
+                for target, title in spelled.items():
+                    text = text.replace(f"{_title(model, target)}:", f"{title}:", 1)
+                problems.append(text)
         raise InvalidConfiguration("; ".join(problems)) from None
 
 
-__all__ = ["SinkOptions", "SourceOptions", "parse_duration_ms", "parse_options"]
+__all__ = ["ALIASES", "KAFKA_ONLY", "Alias", "SinkOptions", "SourceOptions", "parse_duration_ms", "parse_options"]

@@ -18,10 +18,12 @@ class ScanPartition(InputPartition):
     """One Spark task: scan tasks over one or more internal topics (plain, picklable values)."""
 
     tasks: list[ScanTask]
+    include_headers: bool
 
-    def __init__(self, tasks: list[ScanTask]) -> None:
+    def __init__(self, tasks: list[ScanTask], *, include_headers: bool = False) -> None:
         super().__init__(None)
         self.tasks = tasks
+        self.include_headers = include_headers
 
 
 def read_scan_partition(partition: ScanPartition) -> Iterator[pa.RecordBatch]:
@@ -35,7 +37,7 @@ def read_scan_partition(partition: ScanPartition) -> Iterator[pa.RecordBatch]:
             yield to_source_batch(
                 chunk.rows, topic=task.topic, partition=task.partition, offsets=chunk.offsets,
                 ledger_id=chunk.ledger_id, entry_ids=chunk.entry_ids, batch_indexes=chunk.batch_indexes,
-                redelivery_counts=counts,
+                redelivery_counts=counts, include_headers=partition.include_headers,
             )
 
 

@@ -39,7 +39,8 @@ from broker_core.routing import SinglePartitionRouter
 from broker_core.segment import CompressionType
 from broker_core.topic_log import StagedSegment, TopicLog
 from spark_pubsub.options import SinkOptions
-from spark_pubsub.sink_columns import SinkColumns
+from spark_pubsub.sink_columns import SinkColumns, sequence_base
+from spark_pubsub.worker_import import WorkerImportable
 
 MAX_BUFFERED_ROWS = 500_000
 """A task stages an internal topic's buffered rows as a segment once this many have accumulated..."""
@@ -107,6 +108,18 @@ def default_sink_id(checkpoint_location: str) -> str:
     return f"ckpt-{digest[:24]}"
 
 
+def _task_sequence_base() -> int:
+    """The first sequence id of this write task (``sink_columns.sequence_base``): the micro-batch id
+    Spark sets as a local property of streaming tasks (0 for a batch write) and the task's partition."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:  # called outside a Spark task (tests)
+        return 0
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    return sequence_base(int(batch) if batch and batch.isdigit() else 0, context.partitionId())
+
+
 def _single_partition_route(rows: pa.Table, num_partitions: int, *, seed: int,
                             scheme: HashingScheme) -> np.ndarray:
     router = SinglePartitionRouter(num_partitions, scheme=scheme, partition=seed % num_partitions)
@@ -142,7 +155,7 @@ class _PubSubWriter:
                 "option topic: say where to write with .option('topic', 'my-topic'), or add a string "
                 "column 'topic' to route each row", option="topic",
             )
-        broker = Broker.for_url(options.root)
+        broker = Broker.for_url(options.root, create_root=options.create_root)
         self._root = options.root
         self._topic = options.topic
         self._partitions = (_resolve_topic(broker, options.topic, where="option topic")
@@ -183,6 +196,7 @@ class _PubSubWriter:
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         broker = Broker.for_url(self._root)
+        next_sequence_id = _task_sequence_base()
         buffers: dict[str, list[pa.Table]] = {}
         buffered: dict[str, tuple[int, int]] = {}
         staged: dict[str, list[StagedSegment]] = {}
@@ -204,7 +218,8 @@ class _PubSubWriter:
                 now_ms = int(time.time() * 1000)
                 for topic, part in self._split_by_topic(table):
                     internals = self._internals(broker, topic, resolved)
-                    for internal, rows in self._route(part, internals, now_ms):
+                    first_sequence_id, next_sequence_id = next_sequence_id, next_sequence_id + part.num_rows
+                    for internal, rows in self._route(part, internals, now_ms, first_sequence_id):
                         buffers.setdefault(internal, []).append(rows)
                         count, size = buffered.get(internal, (0, 0))
                         count, size = count + rows.num_rows, size + rows.nbytes
@@ -247,9 +262,10 @@ class _PubSubWriter:
             internals = cache[topic] = _resolve_topic(broker, topic, where="column topic holds")
         return internals
 
-    def _route(self, table: pa.Table, internals: tuple[str, ...],
-               now_ms: int) -> Iterator[tuple[str, pa.Table]]:
-        bulk = self._columns.to_bulk(table, now_ms=now_ms, default_producer=self._producer)
+    def _route(self, table: pa.Table, internals: tuple[str, ...], now_ms: int,
+               first_sequence_id: int) -> Iterator[tuple[str, pa.Table]]:
+        bulk = self._columns.to_bulk(table, now_ms=now_ms, default_producer=self._producer,
+                                     first_sequence_id=first_sequence_id)
         rows, explicit = to_segment_rows(bulk, publish_time_ms=now_ms,
                                          max_message_size=self._max_message_size,
                                          default_producer=self._producer)
@@ -277,7 +293,7 @@ class _PubSubWriter:
                 continue
 
 
-class PubSubBatchWriter(_PubSubWriter, DataSourceArrowWriter):
+class PubSubBatchWriter(_PubSubWriter, DataSourceArrowWriter, metaclass=WorkerImportable):
     """``df.write.format("pubsub")``: one commit per internal topic (atomic per internal topic).
 
     Args:
@@ -301,7 +317,7 @@ class PubSubBatchWriter(_PubSubWriter, DataSourceArrowWriter):
         self._discard(messages, keep={})
 
 
-class PubSubStreamWriter(_PubSubWriter, DataSourceStreamArrowWriter):
+class PubSubStreamWriter(_PubSubWriter, DataSourceStreamArrowWriter, metaclass=WorkerImportable):
     """``df.writeStream.format("pubsub")``: each micro-batch committed exactly once.
 
     Args:

@@ -16,10 +16,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from spark_pubsub.options import SinkOptions, SourceOptions, parse_options
-from spark_pubsub.schema import SOURCE_SCHEMA
+from spark_pubsub.schema import source_schema
+from spark_pubsub.worker_import import WorkerImportable
 
 
-class PubSubDataSource(DataSource):
+class PubSubDataSource(DataSource, metaclass=WorkerImportable):
     """Topics on a spark-pubsub storage root as a Spark source and sink."""
 
     @classmethod
@@ -27,7 +28,10 @@ class PubSubDataSource(DataSource):
         return "pubsub"
 
     def schema(self) -> StructType:
-        return SOURCE_SCHEMA
+        # Spark asks for the schema when load() is called on the driver: validating the options here
+        # reports a bad one there, not in a worker traceback when the query first runs
+        options = parse_options(SourceOptions, self.options)
+        return source_schema(include_headers=options.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from spark_pubsub.batch_reader import PubSubBatchReader

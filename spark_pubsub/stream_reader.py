@@ -46,6 +46,7 @@ from spark_pubsub.offsets import (
 )
 from spark_pubsub.options import SourceOptions
 from spark_pubsub.scan_partition import ScanPartition, read_scan_partition
+from spark_pubsub.worker_import import WorkerImportable
 
 
 def _stop_on_sigterm() -> None:
@@ -73,7 +74,7 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _exit)
 
 
-class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow, metaclass=WorkerImportable):
     """The driver-side stream reader (pickled to executors only for ``read``)."""
 
     def __init__(self, options: SourceOptions) -> None:
@@ -125,6 +126,7 @@ class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets ------------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
+        self.planner.require_topics()
         self._ensure_joined()
         if self.claim_mode:
             return {"v": 1, "seq": 0, "clock": 0, "claims": {}}

@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # `pubsub ... | head`: the reader left; the command itself succeeded
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
+    return output.exit_code
 
 
 __all__ = ["DEBUG_ENV", "PROG", "build_parser", "main"]

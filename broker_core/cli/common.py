@@ -19,10 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NoReturn
-from urllib.parse import unquote, urlparse
 
 from broker_core.broker import Broker
-from broker_core.errors import BrokerPersistenceError, NamespaceNotFound, NotAllowedError, TopicNotFound
+from broker_core.errors import NamespaceNotFound, NotAllowedError, TopicNotFound
 from broker_core.naming import NamespaceName, TopicName
 
 ROOT_ENV = "PUBSUB_ROOT"
@@ -46,6 +45,7 @@ class Output:
 
     data: Any
     lines: list[str] = field(default_factory=list)
+    exit_code: int = 0  # non-zero when the command ran but found a problem (``topics check``)
 
 
 Handler = Callable[["Context", argparse.Namespace], Output]
@@ -66,6 +66,12 @@ def common_options() -> CliParser:
         metavar="TOML",
         default=argparse.SUPPRESS,
         help="broker settings file (default: <root>/_pubsub/broker.toml, else built-ins)",
+    )
+    group.add_argument(
+        "--create-root",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="create the storage root if it does not exist (by default a missing root is an error)",
     )
     group.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print machine-readable JSON on stdout"
@@ -125,14 +131,9 @@ class Context:
             root = getattr(self.args, "root", None) or os.environ.get(ROOT_ENV)
             if not root:
                 raise UsageError(f"no storage root: pass --root DIR or set {ROOT_ENV}")
-            parsed = urlparse(root)
-            local = unquote(parsed.path) if parsed.scheme == "file" else None if "://" in root else root
-            if local is not None and not os.path.isdir(local):
-                problem = "is not a directory" if os.path.exists(local) else "does not exist"
-                raise BrokerPersistenceError(
-                    f"storage root {root!r} {problem}; create the folder first (mkdir -p) or fix --root"
-                )
-            self._broker = Broker.for_url(root, getattr(self.args, "config", None))
+            self._broker = Broker.for_url(
+                root, getattr(self.args, "config", None), create_root=bool(getattr(self.args, "create_root", False))
+            )
         return self._broker
 
 

@@ -11,12 +11,15 @@ from broker_core.cli.chart import bar_chart, can_draw_blocks
 from broker_core.cli.common import (
     Context,
     Output,
+    UsageError,
     add_command,
     add_group,
     count,
     persistent_topic,
+    require_target,
     require_topic,
 )
+from broker_core.jobs.check import check_topic
 from broker_core.naming import NamespaceName, TopicName
 from broker_core.stats import topic_stats
 
@@ -57,13 +60,50 @@ def register(commands: Any) -> None:
     )
     stats = add_command(topics, "stats", help="sizes, publishers, subscriptions and backlogs", handler=_stats)
     stats.add_argument("topic", metavar="TOPIC")
+<<<<<<< HEAD
     stats.add_argument(
         "--chart",
         action="store_true",
         help="also draw the backlog per subscription as a text bar chart (text output only)",
     )
+=======
+    check = add_command(
+        topics,
+        "check",
+        help="verify a topic's files; --repair what can be repaired",
+        handler=_check,
+        description="Verify every partition's log (no missing commit, every path a segment name), "
+        "checkpoints, segments (present, readable, the recorded row count) and cursors, and report each "
+        "problem with its file. Exit status 1 while problems remain. With --repair (a dry run unless "
+        "--execute): rebuild damaged checkpoints from the JSON commits, set damaged segments aside with "
+        "a data-loss record (their messages are lost: readers skip them, a Spark query with "
+        "failOnDataLoss=true fails naming them) and supersede damaged cursor versions. A missing or "
+        "undecodable commit cannot be repaired: restore it from a backup.",
+        epilog="examples:\n  pubsub topics check orders\n  pubsub topics check --namespace acme/sales\n"
+        "  pubsub topics check orders --repair --execute",
+    )
+    check.add_argument("topic", metavar="TOPIC", nargs="?", help="a topic (every partition), or use --namespace")
+    check.add_argument("--namespace", metavar="TENANT/NAMESPACE", help="every persistent topic of it")
+    check.add_argument("--repair", action="store_true", help="repair what can be repaired (see above)")
+    check.add_argument("--execute", action="store_true", help="with --repair: apply it (default: a dry run)")
+>>>>>>> main
     messages.register(topics)
     policies.register(topics, "topic")
+
+
+def _check(ctx: Context, args: argparse.Namespace) -> Output:
+    target = require_target(args)
+    if args.execute and not args.repair:
+        raise UsageError("--execute applies a --repair: give both, or neither")
+    summary = check_topic(ctx.broker, target, repair=args.repair, dry_run=not args.execute)
+    lines = summary.describe().splitlines()
+    remaining = [f for r in summary.results for f in r.findings if not (r.changed and f.repair)]
+    if args.repair and not args.execute and any(r.findings for r in summary.results):
+        lines.append("dry run: nothing was changed; add --execute to repair")
+    data = [{"topic": r.topic, "ok": r.ok, "repaired": list(r.repaired),
+             "findings": [{"kind": f.kind, "file": f.file, "detail": f.detail, "repair": f.repair}
+                          for f in r.findings]} for r in summary.results]
+    return Output(data, lines, exit_code=1 if remaining else 0)
 
 
 def _create(ctx: Context, args: argparse.Namespace) -> Output:

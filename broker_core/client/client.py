@@ -16,10 +16,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from broker_core.authentication import check_authentication
 from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.broker import Broker
 from broker_core.client.args import check_positive, check_str_map, check_type, check_type_or_none
 from broker_core.client.consumer import Consumer
+from broker_core.client.loggers import check_logger
 from broker_core.client.non_persistent import create_non_persistent_producer, create_non_persistent_reader
 from broker_core.client.policies import (
     ConsumerBatchReceivePolicy,
@@ -35,6 +37,7 @@ from broker_core.client.subscribe import subscribe
 from broker_core.client.table_view import TableView
 from broker_core.clock import SYSTEM_CLOCK, Clock
 from broker_core.config import BrokerConfig
+from broker_core.crypto import ConsumerCryptoFailureAction, CryptoKeyReader, MessageDecryptor, MessageEncryptor
 from broker_core.cursor import ConsumerType
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported
 from broker_core.hashing import HashingScheme
@@ -57,6 +60,8 @@ class Client:
             ``_pubsub/broker.toml`` if present, else the built-in defaults.
         clock: time source (tests inject a ``ManualClock``).
         reader_poll_interval_ms: how often a drained reader checks storage for other processes' commits.
+        create_root: create the storage root if it does not exist; by default a missing root is
+            ``RootNotFound`` (a typo in the path must not make a new, empty root).
         The remaining arguments mirror the official client and are type-checked.
     """
 
@@ -83,8 +88,11 @@ class Client:
         broker_config: BrokerConfig | str | os.PathLike[str] | None = None,
         clock: Clock | None = None,
         reader_poll_interval_ms: int = 10,
+        create_root: bool = False,
     ) -> None:
         check_type(str, service_url, "service_url")
+        check_authentication(authentication)  # warns: nobody authenticates here
+        check_logger(logger)
         check_positive(operation_timeout_seconds, "operation_timeout_seconds")
         check_positive(io_threads, "io_threads")
         check_positive(message_listener_threads, "message_listener_threads")
@@ -107,7 +115,8 @@ class Client:
                 argument="clock",
             )
         check_positive(reader_poll_interval_ms, "reader_poll_interval_ms")
-        self._broker = Broker.for_url(service_url, broker_config)
+        check_type(bool, create_root, "create_root")
+        self._broker = Broker.for_url(service_url, broker_config, create_root=create_root)
         self._clock: Clock = clock or SYSTEM_CLOCK
         self._poll_ms = reader_poll_interval_ms
         self._closed = False
@@ -199,8 +208,17 @@ class Client:
             )
         check_type(ProducerAccessMode, access_mode, "access_mode")
         check_type(HashingScheme, hashing_scheme, "hashing_scheme")
+        encryptor = None
         if encryption_key is not None or crypto_key_reader is not None:
-            raise OperationNotSupported("end-to-end encryption is not supported; encrypt payloads in the application")
+            if encryption_key is None or crypto_key_reader is None:
+                raise InvalidConfiguration(
+                    "end-to-end encryption needs both encryption_key (the key name) and crypto_key_reader"
+                )
+            if chunking_enabled:
+                raise OperationNotSupported("end-to-end encryption with chunking is not supported; turn one off")
+            if not TopicName.parse(check_type(str, topic, "topic")).is_persistent:
+                raise OperationNotSupported("end-to-end encryption applies to persistent topics only")
+            encryptor = MessageEncryptor(encryption_key, crypto_key_reader)  # CryptoError if the key is unusable
         if message_router is not None and not callable(message_router):
             raise InvalidConfiguration(f"argument 'message_router' must be callable, got {message_router!r}")
         if batching_enabled and chunking_enabled:
@@ -258,6 +276,7 @@ class Client:
             access_mode=access_mode,
             properties=props,
         )
+        producer._encryptor = encryptor  # before any send: the caller has not seen the producer yet
         with self._lock:
             self._handles.add(producer)
         return producer
@@ -282,14 +301,17 @@ class Client:
         schema = BytesSchema() if schema is None else check_type(Schema, schema, "schema")
         if reader_listener is not None and not callable(reader_listener):
             raise InvalidConfiguration(f"argument 'reader_listener' must be callable, got {reader_listener!r}")
-        check_positive(receiver_queue_size, "receiver_queue_size")
+        check_positive(receiver_queue_size, "receiver_queue_size", allow_zero=True)
+        receiver_queue_size = max(receiver_queue_size, 1)  # 0 (no prefetch): a reader claims nothing, so 1 is the same
         check_type_or_none(str, reader_name, "reader_name")
         check_type_or_none(str, subscription_role_prefix, "subscription_role_prefix")
         check_type(bool, is_read_compacted, "is_read_compacted")
         check_type(bool, start_message_id_inclusive, "start_message_id_inclusive")
-        if crypto_key_reader is not None:
-            raise OperationNotSupported("end-to-end encryption is not supported")
+        check_type_or_none(ConsumerCryptoFailureAction, crypto_failure_action, "crypto_failure_action")
+        check_type_or_none(CryptoKeyReader, crypto_key_reader, "crypto_key_reader")
         if not TopicName.parse(check_type(str, topic, "topic")).is_persistent:  # docs/NON_PERSISTENT.md
+            if crypto_key_reader is not None:
+                raise OperationNotSupported("end-to-end encryption applies to persistent topics only")
             if is_read_compacted:
                 raise InvalidConfiguration(
                     f"is_read_compacted=True can only be used with persistent topics; {topic} is "
@@ -318,6 +340,7 @@ class Client:
             reader_listener=reader_listener,
             poll_interval_ms=self._poll_ms,
             read_compacted=is_read_compacted,
+            decryptor=MessageDecryptor(crypto_key_reader, crypto_failure_action),
         )
         with self._lock:
             self._handles.add(reader)
@@ -392,8 +415,8 @@ class Client:
         check_positive(max_pending_chunked_message, "max_pending_chunked_message")
         check_type(bool, auto_ack_oldest_chunked_message_on_queue_full, "auto_ack_oldest_chunked_message_on_queue_full")
         check_type(bool, batch_index_ack_enabled, "batch_index_ack_enabled")
-        if crypto_key_reader is not None:
-            raise OperationNotSupported("end-to-end encryption is not supported")
+        check_type_or_none(ConsumerCryptoFailureAction, crypto_failure_action, "crypto_failure_action")
+        check_type_or_none(CryptoKeyReader, crypto_key_reader, "crypto_key_reader")
         consumer = subscribe(
             self,
             topic,
@@ -418,6 +441,7 @@ class Client:
             retry_enable=retry_enable,
             subscription_mode=subscription_mode,
             negative_ack_backoff=negative_ack_backoff,
+            decryptor=MessageDecryptor(crypto_key_reader, crypto_failure_action),
         )
         with self._lock:
             self._handles.add(consumer)

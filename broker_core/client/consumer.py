@@ -25,12 +25,17 @@ from broker_core.client.consumer_base import ConsumerBase
 from broker_core.client.dead_letters import DeadLetters
 from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.subscription_part import SubscriptionPart
+from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
+from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
 from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import (
     ConsumerBusy,
     InvalidConfiguration,
+    LogCorrupted,
     NotAllowedError,
+    OperationNotSupported,
     PulsarException,
+    SegmentCorrupted,
     Timeout,
 )
 from broker_core.message import Message
@@ -66,6 +71,7 @@ class Consumer(ConsumerBase):
         start_message_id_inclusive: bool,
         discover: Callable[[], list[SubscriptionPart]] | None = None,
         discovery_period_s: float = 60.0,
+        decryptor: MessageDecryptor | None = None,
     ) -> None:
         self._client = client
         self._parts = parts
@@ -75,6 +81,7 @@ class Consumer(ConsumerBase):
         self._type = consumer_type
         self._queue_size = receiver_queue_size
         self._refill_below = receiver_queue_size // 2  # the dispatcher refills the queue below this
+        self._receiving = 0  # receive() calls waiting now: a zero queue fetches only for them
         self._listener = message_listener
         self._ack_timeout_s = None if not unacked_messages_timeout_ms else unacked_messages_timeout_ms / 1000
         self._nack_delay_ms = negative_ack_redelivery_delay_ms
@@ -84,6 +91,7 @@ class Consumer(ConsumerBase):
         self._inclusive = start_message_id_inclusive
         self._discover = discover
         self._discovery_period_s = discovery_period_s
+        self._decryptor = decryptor or MessageDecryptor(None, None)  # encrypted messages: broker_core/crypto.py
         config = client._broker.config
         self._lease_ms = config.consumer_lease_ms
         self._delayed = config.delayed_delivery_enabled and consumer_type in (
@@ -112,6 +120,8 @@ class Consumer(ConsumerBase):
         self._closed = False
         self._paused = False
         self._errors: deque[PulsarException] = deque(maxlen=10)
+        self._damage: LogCorrupted | None = None  # damaged storage: raised once by receive (see _run)
+        self._damage_seen: set[str] = set()
         self._last_renew = time.monotonic()
         self._last_ack_flush = time.monotonic()
         self._last_discovery = time.monotonic()
@@ -155,12 +165,32 @@ class Consumer(ConsumerBase):
                     self._check_open()
                 if self._queue:
                     return self._take()
+                if self._damage is not None:  # every good message before it was delivered first
+                    damage, self._damage = self._damage, None
+                    raise damage
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise Timeout(
                         f"no message on {self._topic_label} within {timeout_millis} ms", topic=self._topic_label
                     )
-                self._cv.wait(timeout=remaining)
+                if self._queue_size:
+                    self._cv.wait(timeout=remaining)
+                    continue
+                self._receiving += 1  # a zero queue: ask the dispatcher for one message now
+                self._wake.set()
+                try:
+                    self._cv.wait(timeout=remaining)
+                finally:
+                    self._receiving -= 1
+
+    def batch_receive(self) -> list[Message]:
+        """As ``ConsumerBase.batch_receive``; refused on a zero queue, as the official clients do."""
+        if not self._queue_size:
+            raise InvalidConfiguration(
+                "batch_receive cannot be used with receiver_queue_size=0 (nothing is fetched ahead); "
+                "subscribe with a receiver queue of at least 1", argument="receiver_queue_size",
+            )
+        return super().batch_receive()
 
     # -- acknowledgment ---------------------------------------------------------------------------
 
@@ -169,10 +199,19 @@ class Consumer(ConsumerBase):
             return message._source, message._chunk_offsets or [message._offset]
         if not isinstance(message, MessageId):
             raise InvalidConfiguration(f"expected a Message or MessageId, got {type(message).__name__}")
+        topic = message._topic
+        if topic is None and len(self._parts) > 1:  # as the official client's multi-topics consumer
+            raise OperationNotSupported(
+                f"message id {message} carries no topic, and {self._topic_label} spans several topics or "
+                "partitions; acknowledge the Message, its message_id(), or "
+                "MessageId.deserialize(data, topic=...)", topic=self._topic_label,
+            )
         for (source, _), (msg, _) in list(self._unacked.items()):
-            if msg.message_id() == message:
+            if msg.message_id() == message and (topic is None or msg._topic == topic):
                 return source, msg._chunk_offsets or [msg._offset]
         for index, part in enumerate(self._parts):
+            if topic is not None and part.display_topic != topic and len(self._parts) > 1:
+                continue
             if part.partition == message.partition() and part.log.snapshot().ledger_id == message.ledger_id():
                 return index, [part.log.offset_for_message_id(message, inclusive=True)]
         raise InvalidConfiguration(f"message id {message} does not belong to {self._topic_label}")
@@ -351,6 +390,14 @@ class Consumer(ConsumerBase):
                     if self._closed:
                         break
                     self._tick()
+            except GONE_ERRORS as exc:
+                if self._discover is None and self._stop_if_deleted():
+                    return
+                self._errors.append(exc)
+                time.sleep(self._poll_s)
+            except LogCorrupted as exc:  # damage does not heal by itself: tell the application, once
+                self._report_damage(exc)
+                time.sleep(self._poll_s)
             except PulsarException as exc:  # keep going: storage hiccups must not kill the consumer
                 self._errors.append(exc)
                 time.sleep(self._poll_s)
@@ -361,6 +408,38 @@ class Consumer(ConsumerBase):
                 time.sleep(self._poll_s)
             self._wake.wait(self._poll_s)
             self._wake.clear()
+
+    def _report_damage(self, exc: LogCorrupted) -> None:
+        """Hand damaged storage (a corrupt segment, a log gap) to the next ``receive`` and log it, once
+        per distinct error: the dispatch loop keeps retrying quietly (a repair may fix it), it never
+        prints a traceback per poll."""
+        if str(exc) in self._damage_seen:
+            return
+        self._damage_seen.add(str(exc))
+        _LOG.error("consumer %s on %s cannot read on: %s", self._name, self._topic_label, exc)
+        with self._cv:
+            self._damage = exc
+            self._cv.notify_all()
+
+    def _stop_if_deleted(self) -> bool:
+        """From the dispatch thread: if the topic was deleted, close (without leaving: the cursor went
+        with the topic) so that the next ``receive`` raises ``TopicDeleted`` once.  False: a hiccup."""
+        gone = deleted_error((p.log for p in self._parts), topic=self._topic_label,
+                             what=f"consumer {self._name!r}")
+        if gone is None:
+            return False
+        with self._cv:
+            self._gone = gone
+            self._closed = True
+            self._cv.notify_all()
+        for part in self._parts:
+            part.log.remove_waiter(self._wake)
+            part.store.remove_waiter(self._wake)
+        if self._dead_letters is not None:
+            with contextlib.suppress(PulsarException):
+                self._dead_letters.close()
+        self._client._forget(self)
+        return True
 
     def _tick(self) -> None:
         now_s = time.monotonic()
@@ -443,13 +522,21 @@ class Consumer(ConsumerBase):
                 part.read_pos = min(part.read_pos, min(offsets))
             self._seen.pop(source, None)
 
+    def _capacity(self) -> int:
+        """The receiver queue's size; with ``receiver_queue_size=0``, one message per waiting
+        ``receive`` (or one for the message listener), as Pulsar's zero-queue consumer asks."""
+        if self._queue_size:
+            return self._queue_size
+        return 1 if self._listener is not None else self._receiving
+
     def _fill(self, now_ms: int) -> None:
         for index, part in enumerate(self._parts):
-            space = self._queue_size - len(self._queue)
+            space = self._capacity() - len(self._queue)
             if space <= 0:
                 return
             version, cursor = part.store.load()
             if cursor is None:
+                part.log.snapshot()  # the cursor vanished: TopicDeleted here if the topic went with it
                 continue
             # skip a part when nothing it depends on changed since it was last found drained
             marker = (part.log.snapshot().version, version, now_ms // self._tick_ms if self._delayed else 0)
@@ -466,7 +553,16 @@ class Consumer(ConsumerBase):
             else:
                 self._seen.pop(index, None)
             if offsets:
-                self._deliver(index, part, part.messages_for(offsets, cursor))
+                try:
+                    msgs = part.messages_for(offsets, cursor)
+                except SegmentCorrupted as exc:  # in order: deliver what precedes the damage, stop there
+                    damaged_from = int(exc.context.get("offset", offsets[0]))
+                    part.read_pos = damaged_from
+                    good = [o for o in offsets if o < damaged_from]
+                    if good:
+                        self._deliver(index, part, part.messages_for(good, cursor))
+                    raise
+                self._deliver(index, part, msgs)
 
     def _read_in_order(
         self, part: SubscriptionPart, index: int, cursor: Cursor, now_ms: int, space: int
@@ -518,10 +614,26 @@ class Consumer(ConsumerBase):
             return taken, drained, claimed
         return offsets, drained, cursor
 
+    def _crypto_failed(self, index: int, msg: Message, outcome: Outcome) -> None:
+        """DISCARD: acknowledge it unseen.  FAIL (HOLD): keep it from the application, unacknowledged
+        (the subscription hands it out again once this consumer leaves), and say why."""
+        assert self._decryptor.last_error is not None
+        if outcome is Outcome.DISCARD:
+            with self._cv:
+                self._pending_acks.setdefault(index, []).extend(msg._chunk_offsets or [msg._offset])
+            return
+        self._errors.append(self._decryptor.last_error)
+        _LOG.warning("consumer %s: %s (crypto_failure_action=FAIL)", self._name, self._decryptor.last_error)
+
     def _deliver(self, index: int, part: SubscriptionPart, msgs: list[Message]) -> None:
         ready: list[Message] = []
         for msg in msgs:
             msg._source = index
+            if msg._properties and ENCRYPTION_PROPERTY in msg._properties:
+                outcome = self._decryptor.open(msg)
+                if outcome is not Outcome.DELIVER:
+                    self._crypto_failed(index, msg, outcome)
+                    continue
             if self._dead_letters is not None and self._dead_letters.over_limit(msg):
                 self._dead_letters.send_to_dlq(msg, part)
                 with self._cv:

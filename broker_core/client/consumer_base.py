@@ -22,7 +22,7 @@ from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.receive_batch import collect_batch
 from broker_core.cursor import ConsumerType
-from broker_core.errors import AlreadyClosed, CumulativeAcknowledgementNotAllowedError
+from broker_core.errors import AlreadyClosed, CumulativeAcknowledgementNotAllowedError, PulsarException
 from broker_core.message import Message
 
 
@@ -76,8 +76,13 @@ class ConsumerBase(abc.ABC):
     def is_connected(self) -> bool:
         return not self._closed
 
+    _gone: PulsarException | None = None  # set when the consumer stopped because its topic was deleted
+
     def _check_open(self) -> None:
         if self._closed:
+            gone, self._gone = self._gone, None
+            if gone is not None:  # raised once; from then on the consumer is simply closed
+                raise gone
             raise AlreadyClosed(f"consumer {self._name!r} on {self._topic_label} is closed")
 
     # -- receiving ----------------------------------------------------------------------------------

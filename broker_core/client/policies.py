@@ -65,17 +65,19 @@ class ConsumerDeadLetterPolicy:
     def max_redeliver_count(self) -> int:
         return self._max
 
-    @property
-    def dead_letter_topic(self) -> str | None:
-        return self._dlq
+    # Unset names read as "" (not None), as the official policy's properties answer.
 
     @property
-    def initial_subscription_name(self) -> str | None:
-        return self._initial
+    def dead_letter_topic(self) -> str:
+        return self._dlq or ""
 
     @property
-    def retry_letter_topic(self) -> str | None:
-        return self._retry
+    def initial_subscription_name(self) -> str:
+        return self._initial or ""
+
+    @property
+    def retry_letter_topic(self) -> str:
+        return self._retry or ""
 
 
 class ConsumerKeySharedPolicy:

@@ -35,6 +35,7 @@ from broker_core.errors import (
     DirectoryGone,
     InvalidConfiguration,
     InvalidMessage,
+    OperationNotSupported,
     ProducerQueueIsFull,
     PulsarException,
     Timeout,
@@ -245,6 +246,10 @@ class Producer(ProducerSender):
         messages are flushed first so order is kept.
         """
         check_type(pa.Table, table, "table")
+        if self._encryptor is not None:
+            raise OperationNotSupported(
+                f"send_table does not encrypt; producer {self._name!r} has an encryption_key: use send/send_async"
+            )
         self.flush()
         rows, explicit = to_segment_rows(
             table,

@@ -75,7 +75,7 @@ class ProducerConnection:
                             self._name, self._access_mode, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms
                         )
                         break
-                    except ProducerBusy:
+                    except (ProducerBusy, ProducerFenced):
                         if self._access_mode != ProducerAccessMode.WaitForExclusive or self._client._closed:
                             raise
                         time.sleep(0.05)

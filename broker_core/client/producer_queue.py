@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import threading
     from collections.abc import Callable
 
+    from broker_core.crypto import MessageEncryptor
     from broker_core.message import Schema
     from broker_core.producer_registry import ProducerRegistry
     from broker_core.routing import MessageRouter
@@ -79,6 +80,7 @@ class ProducerQueueing(ProducerConnection):
     _next_sequence_id: int
     _batch_max_messages: int
     _batch_max_bytes: int
+    _encryptor: MessageEncryptor | None = None  # set by create_producer(encryption_key=...)
 
     def _enqueue(
         self,
@@ -124,6 +126,8 @@ class ProducerQueueing(ProducerConnection):
                 deliver_at,
                 deliver_after,
             )
+        if self._encryptor is not None and data is not None:  # end-to-end encryption: broker_core/crypto.py
+            data, props = self._encryptor.seal(data, props)
         publish_ms = self._clock.now_ms()
         deliver_ms = deliver_at
         if deliver_after is not None:

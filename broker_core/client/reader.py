@@ -18,8 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from broker_core.client.args import check_type
+from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
 from broker_core.compacted_view import CompactedTopic, ViewSlice
-from broker_core.errors import AlreadyClosed, InvalidConfiguration, Timeout
+from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
+from broker_core.errors import AlreadyClosed, CryptoError, InvalidConfiguration, Timeout, TopicDeleted
 from broker_core.log.snapshot import Snapshot
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.message_id import MessageId
@@ -64,6 +66,7 @@ class Reader:
         reader_listener: Callable[[Reader, Message], None] | None,
         poll_interval_ms: int,
         read_compacted: bool = False,
+        decryptor: MessageDecryptor | None = None,
     ) -> None:
         self._client = client
         self._topic = topic
@@ -79,6 +82,7 @@ class Reader:
             for i, p in enumerate(partitions)
         ]
         self._buffer: deque[Message] = deque()
+        self._decryptor = decryptor or MessageDecryptor(None, None)  # encrypted messages: broker_core/crypto.py
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._closed = False
@@ -111,7 +115,8 @@ class Reader:
                 part.chunks.clear()
                 part.position = part.log.offset_for_message_id(msg_id, inclusive=self._inclusive)
                 if part.compacted is not None and msg_id == MessageId.earliest:
-                    part.position = 0  # the view may still hold messages retention removed from the log
+                    # the view may still hold messages retention removed from the log
+                    part.position = part.compacted.earliest(part.log.snapshot())
 
     def seek(self, message_id: MessageId | int) -> None:
         """Reposition at a message id (the start rules apply) or a publish timestamp in ms (inclusive)."""
@@ -141,12 +146,23 @@ class Reader:
         if self._closed:
             raise AlreadyClosed(f"reader {self._name!r} on {self._topic} is closed")
 
+    def _stop_if_deleted(self, exc: BaseException) -> None:
+        """After a read failed with ``exc``: if the topic was deleted, close and raise ``TopicDeleted``
+        (once: a closed reader raises ``AlreadyClosed`` from then on); else let ``exc`` through."""
+        gone = deleted_error((p.log for p in self._parts), topic=str(self._topic), what=f"reader {self._name!r}")
+        if gone is None:
+            raise exc
+        self.close()
+        raise gone from None
+
     def _fetch(self) -> bool:
         """Fill the buffer from the next partition with data; False if every partition is drained."""
         n = len(self._parts)
         for step in range(n):
             part = self._parts[(self._next_part + step) % n]
             snap = part.log.snapshot()
+            if snap.deleted:  # its deletion has begun: nothing more will come
+                raise TopicDeleted(f"topic {part.name} is being deleted", topic=str(part.name))
             piece = part.view_slice(self._queue_size, snap)
             if piece is not None and not len(piece.offsets):
                 part.position, piece = piece.end, None  # nothing more in the view: on to the log
@@ -160,8 +176,7 @@ class Reader:
                 if part.position >= snap.next_offset:
                     continue
                 end = min(part.position + self._queue_size, snap.next_offset)
-                table, offsets = part.log.read(part.position, end, snapshot=snap)
-                part.position = end
+                table, offsets, part.position = part.log.read_until(part.position, end, snapshot=snap)
                 self._next_part = (self._next_part + step + 1) % n
                 if not len(offsets):
                     continue
@@ -170,10 +185,33 @@ class Reader:
                 table, offsets, entries, batches, ledger_id=snap.ledger_id, partition=part.index,
                 topic=str(part.name) if self._partitioned else str(self._topic), schema=self._schema,
             )
-            self._buffer.extend(_assemble_chunks(part, table, msgs))
+            self._buffer.extend(self._open_encrypted(_assemble_chunks(part, table, msgs)))
             if self._buffer:
                 return True
         return bool(self._buffer)
+
+    def _open_encrypted(self, msgs: list[Message]) -> list[Message]:
+        """Decrypt what was encrypted; DISCARD drops a message that cannot be, FAIL (HOLD) puts its
+        ``CryptoError`` in its place, which ``read_next`` raises (the reader has moved past it)."""
+        if not any(msg._properties and ENCRYPTION_PROPERTY in msg._properties for msg in msgs):
+            return msgs
+        out: list[Any] = []
+        for msg in msgs:
+            if msg._properties and ENCRYPTION_PROPERTY in msg._properties:
+                outcome = self._decryptor.open(msg)
+                if outcome is Outcome.DISCARD:
+                    continue
+                if outcome is Outcome.HOLD:
+                    out.append(self._decryptor.last_error)
+                    continue
+            out.append(msg)
+        return out
+
+    def _pop(self) -> Message:
+        item: Any = self._buffer.popleft()
+        if isinstance(item, CryptoError):
+            raise item
+        return item
 
     def read_next(self, timeout_millis: int | None = None) -> Message:
         """The next message; waits up to ``timeout_millis`` (forever if None), else ``Timeout``."""
@@ -183,13 +221,16 @@ class Reader:
         deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000
         while True:
             self._check_open()
-            with self._lock:
-                if self._buffer or self._fetch():
-                    return self._buffer.popleft()
-            self._wake.clear()
-            with self._lock:  # a commit may have landed between the fetch and the clear
-                if self._buffer or self._fetch():
-                    return self._buffer.popleft()
+            try:
+                with self._lock:
+                    if self._buffer or self._fetch():
+                        return self._pop()
+                self._wake.clear()
+                with self._lock:  # a commit may have landed between the fetch and the clear
+                    if self._buffer or self._fetch():
+                        return self._pop()
+            except GONE_ERRORS as exc:
+                self._stop_if_deleted(exc)
             wait = self._poll_s
             if deadline is not None:
                 remaining = deadline - time.monotonic()
@@ -215,7 +256,10 @@ class Reader:
                 )
             remaining = max_messages
             for part in self._parts:
-                snap = part.log.snapshot()
+                try:
+                    snap = part.log.snapshot()
+                except GONE_ERRORS as exc:
+                    self._stop_if_deleted(exc)
                 piece = part.view_slice(remaining, snap)
                 if piece is not None and not len(piece.offsets):
                     part.position, piece = piece.end, None  # nothing more in the view: on to the log
@@ -227,8 +271,7 @@ class Reader:
                     end = min(part.position + remaining, snap.next_offset)
                     if end <= part.position:
                         continue
-                    table, offsets = part.log.read(part.position, end, snapshot=snap)
-                    part.position = end
+                    table, offsets, part.position = part.log.read_until(part.position, end, snapshot=snap)
                     entries, batches = part.log.ids_for_offsets(offsets, snapshot=snap)
                 n = table.num_rows
                 table = (table.append_column("partition", pa.array(np.full(n, part.index, dtype=np.int32)))
@@ -254,7 +297,10 @@ class Reader:
             if self._buffer:
                 return True
             for part in self._parts:
-                snap = part.log.snapshot()
+                try:
+                    snap = part.log.snapshot()
+                except GONE_ERRORS as exc:
+                    self._stop_if_deleted(exc)
                 if part.compacted is not None:
                     if part.compacted.available(part.position, snap):
                         return True
@@ -278,6 +324,8 @@ class Reader:
                 msg = self.read_next(timeout_millis=int(self._poll_s * 1000) or 1)
             except (Timeout, AlreadyClosed):
                 continue
+            except TopicDeleted:
+                return  # the reader closed itself: its topic is gone
             listener(self, msg)
 
     def __iter__(self) -> Any:

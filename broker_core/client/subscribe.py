@@ -34,6 +34,7 @@ from broker_core.client.policies import (
 )
 from broker_core.client.subscription_part import MemoryCursorStore, Store, SubscriptionPart
 from broker_core.compacted_view import CompactedTopic
+from broker_core.crypto import MessageDecryptor
 from broker_core.cursor import ConsumerType, Cursor
 from broker_core.cursor_store import validate_subscription_name
 from broker_core.errors import InvalidConfiguration, OperationNotSupported
@@ -154,6 +155,7 @@ def subscribe(
     retry_enable: bool,
     subscription_mode: SubscriptionMode,
     negative_ack_backoff: MultiplierRedeliveryBackoff | None,
+    decryptor: MessageDecryptor | None = None,
 ) -> Consumer:
     """Create a consumer (see ``Client.subscribe`` for the arguments)."""
     validate_subscription_name(subscription_name)
@@ -161,7 +163,7 @@ def subscribe(
     schema = BytesSchema() if schema is None else check_type(Schema, schema, "schema")
     if message_listener is not None and not callable(message_listener):
         raise InvalidConfiguration(f"argument 'message_listener' must be callable, got {message_listener!r}")
-    check_positive(receiver_queue_size, "receiver_queue_size")
+    check_positive(receiver_queue_size, "receiver_queue_size", allow_zero=True)  # 0: no prefetch
     check_type_or_none(str, consumer_name, "consumer_name")
     check_type_or_none(int, unacked_messages_timeout_ms, "unacked_messages_timeout_ms")
     if unacked_messages_timeout_ms is not None and 0 < unacked_messages_timeout_ms < 1000:
@@ -213,7 +215,17 @@ def subscribe(
                           read_compacted=is_read_compacted)
 
     topics, label, discover_ns, pattern = _resolve_topics(topic, regex_subscription_mode, client)
+    if receiver_queue_size == 0 and (len(topics) != 1 or pattern is not None or retry_enable
+                                     or not topics[0].is_persistent
+                                     or len(client._broker.partitions(topics[0])) != 1):
+        # as the official clients: a zero queue needs one persistent topic to ask for one message at a time
+        raise InvalidConfiguration(
+            f"receiver_queue_size=0 needs a single persistent, non-partitioned topic; {label} is not one "
+            "(use a receiver_queue_size of 1 or more)", argument="receiver_queue_size",
+        )
     if is_non_persistent_subscription(topics, pattern):  # in memory, this process: docs/NON_PERSISTENT.md
+        if decryptor is not None and decryptor.has_reader:
+            raise OperationNotSupported("end-to-end encryption applies to persistent topics only")
         if is_read_compacted:
             raise InvalidConfiguration("is_read_compacted=True can only be used with persistent topics",
                                        argument="is_read_compacted")
@@ -263,8 +275,23 @@ def subscribe(
         negative_ack_redelivery_delay_ms=negative_ack_redelivery_delay_ms, negative_ack_backoff=negative_ack_backoff,
         batch_receive_policy=batch_receive_policy, dead_letters=dead_letters,
         start_message_id_inclusive=start_message_id_inclusive, discover=discover,
-        discovery_period_s=float(pattern_auto_discovery_period),
+        discovery_period_s=float(pattern_auto_discovery_period), decryptor=decryptor,
     )
+
+
+def _full_pattern(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """The pattern with its domain and namespace spelled out, from the short forms the official
+    client accepts as it accepts short topic names: ``<regex>`` is in ``persistent://public/default``
+    and ``tenant/namespace/<regex>`` in ``persistent://tenant/namespace``."""
+    text = pattern.pattern.removeprefix("^")
+    if "://" in text:
+        return pattern
+    slashes = text.count("/")
+    if slashes == 0:
+        return re.compile("persistent://public/default/" + text, pattern.flags)
+    if slashes == 2:
+        return re.compile("persistent://" + text, pattern.flags)
+    return pattern  # refused by the caller, naming the forms it accepts
 
 
 def _resolve_topics(
@@ -279,11 +306,12 @@ def _resolve_topics(
         names = [TopicName.parse(check_type(str, t, "topic")) for t in topic]
         return names, ",".join(str(n) for n in names), None, None
     if isinstance(topic, re.Pattern):
+        topic = _full_pattern(topic)
         match = _PATTERN_PREFIX.match(topic.pattern)
         if match is None:
             raise InvalidConfiguration(
-                f"topic pattern {topic.pattern!r} must start with 'persistent://tenant/namespace/' so the "
-                "namespace to watch is known"
+                f"topic pattern {topic.pattern!r} must name its namespace: 'persistent://tenant/namespace/<regex>', "
+                "'tenant/namespace/<regex>', or a bare '<regex>' (public/default)"
             )
         non_persistent = match.group(1) == "non-persistent"
         check_pattern_mode(mode, non_persistent=non_persistent, pattern=topic.pattern)

@@ -166,7 +166,7 @@ class SubscriptionPart:
         return chosen == self.consumer_name
 
     def window(self, start: int, end: int) -> tuple[Window, pa.Table, np.ndarray]:
-        table, offsets = self.log.read(start, end)
+        table, offsets, _ = self.log.read_until(start, end)  # claims are by offset: rows after damage wait
         deliver = table.column("deliver_at").cast(pa.int64())
         deliver_ms = np.where(deliver.is_null().to_numpy(zero_copy_only=False), -1,
                               deliver.fill_null(0).to_numpy(zero_copy_only=False) // 1000)

@@ -22,6 +22,11 @@
   checkpoints dropping expired ones is how Delta itself expires them.  A process that loaded the log
   earlier may write them into a later checkpoint again; the next vacuum drops them again.
 
+Vacuum also deletes crash temp files (``.<name>.<uuid>.tmp``) of the topic's state directories older
+than ``min_age_ms``.  Neither job deletes anything on a plan made below a missing commit (a gap,
+``log.gaps``): the commits after the gap reference files that would look unreferenced.  Vacuum also
+re-checks the commits that landed while it planned, and keeps every file they name.
+
 Deletion is destructive, so both cleanup and vacuum default to ``dry_run=True`` and, unless
 ``enforce_min_age=False``, refuse ages under ``MIN_SAFE_AGE_MS``: a shorter age can delete the file
 of a write that is about to commit, or a version a slow reader is replaying.
@@ -41,6 +46,7 @@ from broker_core.admin import topic_dir
 from broker_core.broker import Broker
 from broker_core.bulk import STAGED_TXN_DIR
 from broker_core.errors import LogCorrupted
+from broker_core.jobs.leftovers import crash_temp_files, require_no_gap
 from broker_core.jobs.progress import (
     JobSummary,
     check_age,
@@ -180,6 +186,7 @@ def _cleanup(broker: Broker, topic: TopicName, *, cutoff_ms: int, dry_run: bool)
     doomed = sorted((int(m.group(1)), n) for n in names
                     if (m := _LOG_FILE.match(n)) and int(m.group(1)) < kept.version)
     if not dry_run and doomed:
+        require_no_gap(io, path, latest)
         hint = read_last_checkpoint(io, path)
         if hint is None or hint < kept.version:  # version 0 may go: openers must find the checkpoint
             rows = pq.ParquetFile(io.open_input(checkpoint_path(path, kept.version))).metadata.num_rows
@@ -206,6 +213,7 @@ class VacuumResult:
         expired_txns: deduplication entries retired (least recently updated first).
         dropped_tombstones: tombstones left out of the vacuum checkpoint.
         version: the ``VACUUM END`` commit (None: nothing committed).
+        deleted_temps: temp files of writes killed before their link (``.<name>.<uuid>.tmp``), by path.
     """
 
     topic: str
@@ -218,17 +226,19 @@ class VacuumResult:
     dropped_tombstones: int
     version: int | None
     dry_run: bool
+    deleted_temps: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
-        deleted = self.deleted_removed or self.deleted_orphans
+        deleted = self.deleted_removed or self.deleted_orphans or self.deleted_temps
         return not self.dry_run and (bool(deleted) or self.version is not None)
 
     def describe(self) -> str:
         return (f"{'would delete' if self.dry_run else 'deleted'} {len(self.deleted_removed)} removed and "
                 f"{len(self.deleted_orphans)} orphan file(s) ({self.deleted_bytes} bytes); {self.kept_young} "
                 f"too young; {len(self.unknown)} unknown kept; {len(self.expired_txns)} dedup entries "
-                f"expired; {self.dropped_tombstones} tombstones dropped")
+                f"expired; {self.dropped_tombstones} tombstones dropped; {len(self.deleted_temps)} crash temp "
+                "file(s)")
 
 
 def staged_paths(io: FileIO) -> set[str]:
@@ -297,13 +307,15 @@ def _vacuum(broker: Broker, topic: TopicName, staged: set[str], *, now: int, age
                          max_retries=broker.config.commit_max_retries)
     snap = log.snapshot()
     live = {seg.path for seg in snap.segments}
-    referenced = live | set(snap.tombstones) | staged
+    referenced = _named(snap) | staged
     removed: list[str] = []
     orphans: list[str] = []
     missing: set[str] = set()  # tombstoned files already deleted
     sizes: dict[str, int] = {}
     young = 0
     for rm in snap.tombstones.values():
+        if codec_of(rm.path) is None:  # decoders refuse such paths already; deletion checks again
+            continue
         stat = io.stat(f"{path}/{rm.path}")
         if stat is None:
             missing.add(rm.path)
@@ -329,18 +341,35 @@ def _vacuum(broker: Broker, topic: TopicName, staged: set[str], *, now: int, age
     # tombstones old enough to leave the checkpoint, once their files are gone
     gone = {p for p in missing | set(removed)
             if p not in live and (snap.tombstones[p].deletion_timestamp or 0) <= now - tomb_age}
+    temps = crash_temp_files(io, path, older_than_ms=now - age)
     result = VacuumResult(str(topic), tuple(sorted(removed)), tuple(sorted(orphans)), sum(sizes.values()),
                           young, tuple(unknown), tuple(expired_txns(snap, max_producers)), len(gone), None,
-                          dry_run)
-    if dry_run or not (removed or orphans or result.expired_txns or gone):
+                          dry_run, tuple(temps))
+    if dry_run or not (removed or orphans or result.expired_txns or gone or temps):
         return result
+    if require_no_gap(io, path, snap.version):
+        # commits landed while we planned: one may name a file we took for an orphan; replay them
+        now_named = _named(log.snapshot())
+        orphans = [name for name in orphans if name not in now_named]
+        removed = [name for name in removed if name not in {seg.path for seg in log.snapshot().segments}]
+        result = dataclasses.replace(result, deleted_removed=tuple(sorted(removed)),
+                                     deleted_orphans=tuple(sorted(orphans)))
     for name in sorted(removed) + sorted(orphans):
         io.delete(f"{path}/{name}")
+    for temp in temps:
+        io.delete(temp)
+    if not (removed or orphans or result.expired_txns or gone):
+        return result
     committed, expiring = _commit_vacuum(log, result, max_producers=max_producers, now=now)
     kept = {p: rm for p, rm in committed.tombstones.items() if p not in gone or io.exists(f"{path}/{p}")}
     written = write_checkpoint(io, path, dataclasses.replace(committed, tombstones=kept))
     return dataclasses.replace(result, version=committed.version, expired_txns=tuple(expiring),
                                dropped_tombstones=len(committed.tombstones) - len(kept) if written else 0)
+
+
+def _named(snap: Snapshot) -> set[str]:
+    """Every file a snapshot names, live or tombstoned."""
+    return {seg.path for seg in snap.segments} | set(snap.tombstones)
 
 
 def _commit_vacuum(log: TransactionLog, result: VacuumResult, *, max_producers: int,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from broker_core.errors import ConsumerBusy, InvalidConfiguration
+from broker_core.errors import ConsumerAssignError, InvalidConfiguration
 from broker_core.hashing import range_sticky_hashes
 from broker_core.key_shared.base import (
     HASH_RANGE_SIZE,
@@ -84,7 +84,7 @@ def _check_disjoint(consumers: tuple[KeySharedConsumer, ...], regions: list[tupl
             (early, early_range), (late, late_range) = sorted(
                 [(a, widest[:2]), (b, region[:2])], key=lambda pair: (pair[0].join_order, pair[0].name)
             )
-            raise ConsumerBusy(
+            raise ConsumerAssignError(
                 f"Key_Shared STICKY consumer {late.name!r} range {list(late_range)} overlaps range "
                 f"{list(early_range)} of consumer {early.name!r}; sticky ranges must be disjoint"
             )

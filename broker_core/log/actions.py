@@ -100,7 +100,17 @@ def encode_actions(actions: list[Action]) -> bytes:
 
 
 def decode_actions(data: bytes, *, version: int) -> list[Action]:
-    """Parse a commit file; unknown actions are skipped, malformed ones raise ``LogCorrupted``."""
+    """Parse a commit file; unknown actions are skipped, malformed ones raise ``LogCorrupted``.
+
+    A commit with no action at all (a zero-byte or blank file: a torn write, or a hand edit) is
+    corrupt too, never an empty version: every writer's commit holds at least its ``commitInfo``.
+    """
+    if not data.strip():
+        raise LogCorrupted(
+            f"log version {version} is empty ({len(data)} bytes): the commit was truncated or blanked; "
+            "restore it from a backup, or run `pubsub topics check` to see the damage",
+            version=version,
+        )
     actions: list[Action] = []
     try:
         text = data.decode("utf-8")

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from broker_core.errors import LogCorrupted
+from broker_core.errors import ChecksumError, LogCorrupted
 from broker_core.log.actions import Action, Add, Format, Metadata, Protocol, Remove, Txn
 from broker_core.log.segment_ref import (
     TAG_BASE_ENTRY_ID,
@@ -28,7 +28,7 @@ from broker_core.log.segment_ref import (
     SegmentRef,
     layout_to_str,
 )
-from broker_core.log.snapshot import Snapshot, assemble_snapshot
+from broker_core.log.snapshot import Snapshot, assemble_snapshot, check_segment_path
 from broker_core.storage import FileIO
 
 LOG_DIR = "_delta_log"
@@ -206,8 +206,10 @@ def _add_rows(snapshot: Snapshot) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=CHECKPOINT_SCHEMA)
 
 
-def _segments_from(adds: pa.StructArray) -> list[SegmentRef]:
+def _segments_from(adds: pa.StructArray, where: str, version: int) -> list[SegmentRef]:
     paths = adds.field("path").to_pylist()
+    for path in paths:
+        check_segment_path(path, version=version, action="add", where=where)
     sizes = adds.field("size").to_pylist()
     mtimes = adds.field("modificationTime").to_pylist()
     tags = adds.field("tags")
@@ -265,11 +267,13 @@ def read_checkpoint(io_: FileIO, table_path: str, version: int) -> Snapshot | No
     try:
         table = pq.read_table(io_.open_input(path))
     except (OSError, pa.ArrowInvalid) as exc:
-        raise LogCorrupted(f"checkpoint {path!r} is unreadable: {exc}", version=version) from exc
+        # damaged bytes are what the network client calls a checksum failure; a refused read is not
+        error = LogCorrupted if isinstance(exc, PermissionError) else ChecksumError
+        raise error(f"checkpoint {path!r} is unreadable: {exc}", version=version) from exc
     add_column = table.column("add").combine_chunks()
     add_valid = add_column.is_valid()
     try:
-        segments = _segments_from(add_column.filter(add_valid))
+        segments = _segments_from(add_column.filter(add_valid), f"checkpoint {path!r}", version)
     except (KeyError, ValueError) as exc:  # e.g. deltalake's checkpoint after a foreign append
         raise LogCorrupted(
             f"checkpoint {path!r} adds a file without valid pubsub tags ({exc!r}): a foreign writer changed "
@@ -280,6 +284,7 @@ def read_checkpoint(io_: FileIO, table_path: str, version: int) -> Snapshot | No
     for row in table.filter(pc.invert(add_valid)).to_pylist():
         if row.get("remove"):
             r = row["remove"]
+            check_segment_path(r["path"], version=version, action="remove", where=f"checkpoint {path!r}")
             actions.append(
                 Remove(
                     path=r["path"],

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from broker_core.errors import LogCorrupted
 from broker_core.log.actions import Action, Add, Metadata, Protocol, Remove, Txn
 from broker_core.log.segment_ref import TAG_BASE_OFFSET, SegmentRef
+from broker_core.segment import codec_of
 
 # Reserved txn app ids.  Producer names may not start with "pubsub." so they never collide.
 TXN_NEXT_OFFSET = "pubsub.nextOffset"
@@ -70,6 +71,26 @@ class Snapshot:
             return i
         return i + 1
 
+    def holes(self, start: int, end: int) -> list[tuple[int, int]]:
+        """Offset ranges within ``[start, end)`` and above ``first_offset`` that no live segment holds.
+
+        Retention only removes from the front and merges replace segments in place, so a hole is
+        a segment ``pubsub topics check --repair`` set aside as damaged (its ``remove`` carries the
+        ``pubsub.dataLoss`` record, ``docs/PROTOCOL.md``).  Readers skip holes like retained data;
+        a reader that must not lose data silently (``failOnDataLoss``) checks this first.
+        """
+        out: list[tuple[int, int]] = []
+        pos = max(start, self.first_offset)
+        for seg in self.segments[self.segment_index_for(pos):]:
+            if seg.base_offset >= end:
+                break
+            if seg.base_offset > pos:
+                out.append((pos, seg.base_offset))
+            pos = max(pos, seg.end_offset)
+        if pos < min(end, self.next_offset):
+            out.append((pos, min(end, self.next_offset)))
+        return out
+
     def segment_for_entry(self, entry_id: int) -> SegmentRef | None:
         """The live segment holding an entry id, if any (segments are ordered by entry id too)."""
         lo, hi = 0, len(self.segments)
@@ -101,6 +122,7 @@ class Snapshot:
             if isinstance(action, Add):
                 added.append(_segment_from_add(action, version))
             elif isinstance(action, Remove):
+                check_segment_path(action.path, version=version, action="remove")
                 removed.add(action.path)
                 if tombstones is self.tombstones:
                     tombstones = dict(tombstones)
@@ -149,6 +171,7 @@ class Snapshot:
                 segments[action.path] = _segment_from_add(action, version)
                 tombstones.pop(action.path, None)
             elif isinstance(action, Remove):
+                check_segment_path(action.path, version=version, action="remove")
                 segments.pop(action.path, None)
                 tombstones[action.path] = action
             elif isinstance(action, Txn):
@@ -188,6 +211,24 @@ def _apply_txn(txns: dict[str, Txn], txn: Txn) -> None:
         txns[txn.app_id] = txn
 
 
+def check_segment_path(path: object, *, version: int, action: str, where: str | None = None) -> str:
+    """Refuse a path an ``add`` or ``remove`` may not carry: only segment names this library makes.
+
+    Paths in the log are joined under the topic's directory by readers and deleted by vacuum, so a
+    hand-written ``../`` (or an absolute path, or a nested one) would read or delete files outside
+    the topic: the log is then corrupt, and the error names the commit (``docs/PROTOCOL.md`` 4.2).
+    """
+    if not isinstance(path, str) or codec_of(path) is None:
+        place = where or f"log version {version}"
+        raise LogCorrupted(
+            f"{place} has a {action} of {path!r}, which is not a segment name (part-<32 hex>[.<codec>].parquet): "
+            "the log was edited by hand or written by a foreign writer; nothing outside the topic is read "
+            "or deleted. Run `pubsub topics check` to see the damage",
+            version=version,
+        )
+    return path
+
+
 def _segment_from_add(action: Add, version: int) -> SegmentRef:
     tags = action.tags or {}
     if TAG_BASE_OFFSET not in tags:
@@ -196,6 +237,7 @@ def _segment_from_add(action: Add, version: int) -> SegmentRef:
             "this topic; only spark-pubsub may write to a topic's table",
             version=version,
         )
+    check_segment_path(action.path, version=version, action="add")
     try:
         return SegmentRef.from_add(action.path, action.size, action.modification_time, tags)
     except (KeyError, ValueError) as exc:
@@ -244,5 +286,6 @@ __all__ = [
     "TXN_PRODUCER_EPOCH",
     "Snapshot",
     "assemble_snapshot",
+    "check_segment_path",
     "is_expired_txn",
 ]

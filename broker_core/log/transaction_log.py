@@ -35,14 +35,22 @@ from broker_core.errors import (
     TopicNotFound,
 )
 from broker_core.log.actions import Action, CommitInfo, Metadata, Protocol, decode_actions, encode_actions
-from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, read_checkpoint, read_last_checkpoint, write_checkpoint
+from broker_core.log.checkpoint import (
+    LAST_CHECKPOINT,
+    LOG_DIR,
+    checkpoint_path,
+    read_checkpoint,
+    read_last_checkpoint,
+    write_checkpoint,
+)
+from broker_core.log.gaps import COMMIT_RE as _COMMIT_RE
+from broker_core.log.gaps import check_no_gap, commit_path, gap_error
 from broker_core.log.snapshot import Snapshot
 from broker_core.storage import FileIO
 
 _LOG = logging.getLogger(__name__)
 ENGINE_INFO = "spark-pubsub/0.1"
 _CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
-_COMMIT_RE = re.compile(r"^(\d{20})\.json$")
 
 
 class NothingToCommit(Exception):
@@ -54,10 +62,6 @@ class CommitResult:
     version: int
     snapshot: Snapshot
     attempts: int
-
-
-def commit_path(table_path: str, version: int) -> str:
-    return f"{table_path}/{LOG_DIR}/{version:020d}.json"
 
 
 class TransactionLog:
@@ -90,6 +94,7 @@ class TransactionLog:
         self._checkpointer: threading.Thread | None = None
         self._checkpoint_lock = threading.Lock()
         self._verified_s = time.monotonic()
+        self._last_gap_probe_s = self._verified_s
         self._tip: tuple[int, int] | None = None  # (version, hash of its commit file) of ``_snapshot``
 
     # -- reading ------------------------------------------------------------------------------------
@@ -112,23 +117,44 @@ class TransactionLog:
         return decode_actions(data, version=version), hash(data)
 
     def _load(self) -> Snapshot:
+        """Open the log: the hinted checkpoint (or the newest readable one, or version 0), then the
+        commits after it.  An opener lists the log once to make sure no commit is missing below the
+        newest (``log.gaps``)."""
         self._tip = None
         start = read_last_checkpoint(self.io, self.table_path)
-        snapshot = read_checkpoint(self.io, self.table_path, start) if start is not None else None
+        damaged: list[LogCorrupted] = []
+        snapshot = self._try_checkpoint(start, damaged) if start is not None else None
         if snapshot is None:
-            snapshot = self._load_without_hint()
-        return self._replay_from(snapshot)
+            snapshot = self._load_without_hint(damaged, tried=start if damaged else None)
+        snapshot = self._replay_from(snapshot)
+        if not snapshot.deleted:
+            check_no_gap(self.io, self.table_path, snapshot.version, listed=True)
+        return snapshot
 
-    def _load_without_hint(self) -> Snapshot:
-        # Rare path (no or stale hint): list the log once to find the newest checkpoint.
+    def _try_checkpoint(self, version: int, damaged: list[LogCorrupted]) -> Snapshot | None:
+        """A checkpoint's state, or None when it is missing or unreadable: a damaged checkpoint is only
+        a shortcut lost, since the JSON commits hold the same state (Delta readers fall back too)."""
+        try:
+            return read_checkpoint(self.io, self.table_path, version)
+        except LogCorrupted as exc:
+            _LOG.warning("ignoring the damaged checkpoint %s of %s and replaying the JSON commits instead (run "
+                         "`pubsub topics check --repair` to rebuild it): %s",
+                         checkpoint_path(self.table_path, version), self.table_path, exc)
+            damaged.append(exc)
+            return None
+
+    def _load_without_hint(self, damaged: list[LogCorrupted], *, tried: int | None) -> Snapshot:
+        # Rare path (no, stale or damaged hint): list the log once to find the newest readable checkpoint.
         names = self.io.list_dir(f"{self.table_path}/{LOG_DIR}")
         checkpoints = sorted((int(m.group(1)) for n in names if (m := _CHECKPOINT_RE.match(n))), reverse=True)
         for version in checkpoints:
-            snap = read_checkpoint(self.io, self.table_path, version)
+            snap = None if version == tried else self._try_checkpoint(version, damaged)
             if snap is not None:
                 return snap
         first = self._read_version(0)
         if first is None:
+            if damaged:  # the commits before the damaged checkpoint were cleaned up: nothing to replay
+                raise damaged[0]
             if any(_COMMIT_RE.match(n) for n in names):
                 raise LogCorrupted(
                     f"the log of {self.table_path!r} has commits but neither version 0 nor a checkpoint",
@@ -150,7 +176,7 @@ class TransactionLog:
         while not snapshot.deleted:
             read = self._read_commit(snapshot.version + 1)
             if read is None:
-                if replayed == 0 and self._cleaned_up_below(snapshot, rate_limited=True):
+                if replayed == 0 and self._verify_tip(snapshot):
                     return self._reload()
                 break
             actions, tip = read
@@ -178,6 +204,17 @@ class TransactionLog:
             write_checkpoint(self.io, self.table_path, snapshot)
         except (BrokerPersistenceError, OSError) as exc:  # OSError: PermissionError and pyarrow's fs
             _LOG.debug("not healing the log of %s at version %d: %s", self.table_path, snapshot.version, exc)
+
+    def _verify_tip(self, snapshot: Snapshot) -> bool:
+        """At most once a second while idle: True when cleanup removed our version (reload), and
+        ``LogCorrupted`` when the next version is missing though a later one exists (a gap)."""
+        if self._cleaned_up_below(snapshot, rate_limited=True):
+            return True
+        if self._verified_s == self._last_gap_probe_s:
+            return False
+        self._last_gap_probe_s = self._verified_s
+        check_no_gap(self.io, self.table_path, snapshot.version, listed=False)
+        return False
 
     def _cleaned_up_below(self, snapshot: Snapshot, *, rate_limited: bool) -> bool:
         """Did log cleanup delete the commit our cached state is at (``jobs.log_maintenance``)?
@@ -312,6 +349,11 @@ class TransactionLog:
                     engine_info=ENGINE_INFO,
                 )
                 version = snapshot.version + 1
+                if self.io.exists(commit_path(self.table_path, version + 1)):  # never fill a gap
+                    if not self.io.exists(commit_path(self.table_path, version)):
+                        raise gap_error(self.table_path, version, version + 1)
+                    snapshot = self._replay_from(snapshot)  # lost the race to two commits already
+                    continue
                 payload = encode_actions([*actions, info])
                 # apply before writing: actions the log could not replay (LogCorrupted) must never
                 # reach storage, where they would poison every later reader

@@ -82,7 +82,8 @@ class NonPersistentTopic:
                 every other producer).
 
         Raises:
-            ProducerBusy: the name is taken, or the mode's rule refuses the registration.
+            ProducerBusy: the name is taken, or a Shared producer meets an exclusive holder.
+            ProducerFenced: an exclusive producer meets connected producers.
         """
         with self._cond:
             while True:
@@ -106,7 +107,9 @@ class NonPersistentTopic:
                 waiting = access_mode == ProducerAccessMode.WaitForExclusive
                 if not waiting or keep_waiting is None or not keep_waiting():
                     who = holder.name if holder is not None else ", ".join(p.name for p in others)
-                    raise ProducerBusy(
+                    # as Pulsar's broker: an exclusive newcomer is fenced, a shared one is busy
+                    error = ProducerBusy if access_mode == ProducerAccessMode.Shared else ProducerFenced
+                    raise error(
                         f"{self.name} is held by producer(s) {who}; a {access_mode.name} producer "
                         f"{name!r} cannot connect now",
                         topic=str(self.name),

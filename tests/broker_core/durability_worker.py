@@ -100,7 +100,7 @@ def take_over(args: dict[str, Any]) -> None:
         try:
             registry.register(name, mode, now_ms=now_ms, lease_ms=60_000)
             outcome[mode.name] = "registered"
-        except ProducerBusy as exc:
+        except (ProducerBusy, ProducerFenced) as exc:  # an exclusive newcomer is fenced, a shared one busy
             outcome[mode.name] = "busy: " + str(exc)
     epoch = registry.register("p3", ProducerAccessMode.ExclusiveWithFencing, now_ms=now_ms, lease_ms=60_000)
     topic.bump_producer_epoch(to=epoch)
@@ -123,7 +123,7 @@ def register(args: dict[str, Any]) -> None:
         mode = ProducerAccessMode[args["mode"]]
         registry.register(args["name"], mode, now_ms=args["now_ms"], lease_ms=60_000)
         emit("done registered")
-    except ProducerBusy:
+    except (ProducerBusy, ProducerFenced):
         emit("done busy")
 
 

@@ -58,7 +58,7 @@ WORKER = Path(__file__)
 
 
 def make_broker(root: Path, **config: Any) -> Broker:
-    return Broker.for_url(str(root), BrokerConfig(fsync_enabled=False, **config))
+    return Broker.for_url(str(root), BrokerConfig(fsync_enabled=False, **config), create_root=True)
 
 
 def log_of(broker: Broker, topic: str = T) -> TopicLog:
@@ -147,7 +147,7 @@ def expected_value(offset: int) -> bytes:
 def build_topic(root: str, *, old_segments: int, recent_segments: int, rows: int) -> Broker:
     """A topic of ``old + recent`` segments of ``rows`` messages (value ``p:<offset>``), three
     subscriptions at the start, and a 30-minute retention policy on the topic."""
-    broker = Broker.for_url(root, config())
+    broker = Broker.for_url(root, config(), create_root=True)
     topic = TopicName.parse(TOPIC)
     log = broker.topic_log(topic)
     offset = 0

@@ -6,10 +6,12 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from async_facade import BOTH_CLIENT_CLASSES, ClientMaker
 
 from broker_core import (
     AlreadyClosed,
@@ -24,7 +26,17 @@ from broker_core import (
     Result,
     TopicNotFound,
 )
+from broker_core.admin import Admin
 from broker_core.broker import Broker
+from broker_core.errors import RootNotFound
+
+
+@pytest.fixture
+def client_class(request: pytest.FixtureRequest) -> Iterator[ClientMaker]:
+    """Makes sync clients; tests marked ``BOTH_CLIENT_CLASSES`` also run on the asyncio client."""
+    maker = ClientMaker(getattr(request, "param", "sync"))
+    yield maker
+    maker.dispose()
 
 
 def _tree(root: Path) -> set[str]:
@@ -65,6 +77,25 @@ def test_file_url_names_the_same_root_as_the_path(tmp_path: Path) -> None:
     finally:
         by_url.close()
         by_path.close()
+
+
+def test_a_missing_root_is_an_error_naming_it_and_creates_nothing(tmp_path: Path) -> None:
+    typo = tmp_path / "roto"
+    for url in (str(typo), typo.as_uri()):
+        with pytest.raises(RootNotFound, match=r"roto.*does not exist") as info:
+            Client(url)
+        assert isinstance(info.value, PulsarException)
+        with pytest.raises(RootNotFound):
+            Admin.open(url)
+    assert not typo.exists()
+    client = Client(str(typo), create_root=True)  # asked for explicitly
+    try:
+        assert typo.is_dir()
+        client.create_producer("t").send(b"x")
+    finally:
+        client.close()
+    with pytest.raises(ValueError, match="create_root"):
+        Client(str(typo), create_root="yes")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -158,7 +189,7 @@ def test_broker_config_may_be_a_toml_path(tmp_path: Path) -> None:
     conf = tmp_path / "broker.toml"
     conf.write_text("allowAutoTopicCreation = false\n")
     root = tmp_path / "root"
-    client = Client(str(root), broker_config=str(conf))
+    client = Client(str(root), broker_config=str(conf), create_root=True)
     try:
         with pytest.raises(TopicNotFound):
             client.create_producer("t")
@@ -169,8 +200,9 @@ def test_broker_config_may_be_a_toml_path(tmp_path: Path) -> None:
 # -- close --------------------------------------------------------------------------------------------
 
 
-def test_close_closes_producers_and_readers(tmp_path: Path) -> None:
-    client = Client(str(tmp_path))
+@BOTH_CLIENT_CLASSES
+def test_close_closes_producers_and_readers(client_class: ClientMaker, tmp_path: Path) -> None:
+    client = client_class(str(tmp_path))
     producer = client.create_producer("t")
     producer.send(b"a")
     reader = client.create_reader("t", MessageId.earliest)
@@ -204,8 +236,9 @@ def test_close_flushes_queued_batched_messages(tmp_path: Path) -> None:
         other.close()
 
 
-def test_everything_raises_already_closed_after_close(tmp_path: Path) -> None:
-    client = Client(str(tmp_path))
+@BOTH_CLIENT_CLASSES
+def test_everything_raises_already_closed_after_close(client_class: ClientMaker, tmp_path: Path) -> None:
+    client = client_class(str(tmp_path))
     client.close()
     with pytest.raises(AlreadyClosed):
         client.create_producer("t")
@@ -216,9 +249,10 @@ def test_everything_raises_already_closed_after_close(tmp_path: Path) -> None:
     assert _topic_dirs(tmp_path) == []
 
 
-def test_closing_one_client_leaves_another_on_the_same_root_working(tmp_path: Path) -> None:
-    first = Client(str(tmp_path))
-    second = Client(str(tmp_path))
+@BOTH_CLIENT_CLASSES
+def test_closing_one_client_leaves_another_on_the_same_root_working(client_class: ClientMaker, tmp_path: Path) -> None:
+    first = client_class(str(tmp_path))
+    second = client_class(str(tmp_path))
     try:
         first.create_producer("t").send(b"one")
         first.close()
@@ -232,8 +266,11 @@ def test_closing_one_client_leaves_another_on_the_same_root_working(tmp_path: Pa
 # -- topics -------------------------------------------------------------------------------------------
 
 
-def test_get_topic_partitions_of_a_non_partitioned_topic_is_the_topic(tmp_path: Path) -> None:
-    client = Client(str(tmp_path))
+@BOTH_CLIENT_CLASSES
+def test_get_topic_partitions_of_a_non_partitioned_topic_is_the_topic(
+    client_class: ClientMaker, tmp_path: Path
+) -> None:
+    client = client_class(str(tmp_path))
     try:
         assert client.get_topic_partitions("t") == ["persistent://public/default/t"]
         assert client.get_topic_partitions("persistent://public/default/t") == [
@@ -243,9 +280,10 @@ def test_get_topic_partitions_of_a_non_partitioned_topic_is_the_topic(tmp_path: 
         client.close()
 
 
-def test_get_topic_partitions_of_a_partitioned_topic(tmp_path: Path) -> None:
+@BOTH_CLIENT_CLASSES
+def test_get_topic_partitions_of_a_partitioned_topic(client_class: ClientMaker, tmp_path: Path) -> None:
     Broker.for_url(str(tmp_path)).admin.create_partitioned_topic("orders", 3)
-    client = Client(str(tmp_path))
+    client = client_class(str(tmp_path))
     try:
         assert client.get_topic_partitions("orders") == [
             f"persistent://public/default/orders-partition-{i}" for i in range(3)
@@ -261,8 +299,9 @@ def test_get_topic_partitions_of_a_partitioned_topic(tmp_path: Path) -> None:
         client.close()
 
 
-def test_auto_creation_on_creates_the_topic_on_first_use(tmp_path: Path) -> None:
-    client = Client(str(tmp_path))
+@BOTH_CLIENT_CLASSES
+def test_auto_creation_on_creates_the_topic_on_first_use(client_class: ClientMaker, tmp_path: Path) -> None:
+    client = client_class(str(tmp_path))
     try:
         client.create_reader("fresh", MessageId.earliest)
         assert _topic_dirs(tmp_path) == [tmp_path / "public" / "default" / "persistent" / "fresh"]
@@ -270,9 +309,10 @@ def test_auto_creation_on_creates_the_topic_on_first_use(tmp_path: Path) -> None
         client.close()
 
 
-def test_auto_creation_off_raises_topic_not_found_and_writes_nothing(tmp_path: Path) -> None:
+@BOTH_CLIENT_CLASSES
+def test_auto_creation_off_raises_topic_not_found_and_writes_nothing(client_class: ClientMaker, tmp_path: Path) -> None:
     config = BrokerConfig(allow_auto_topic_creation=False)
-    client = Client(str(tmp_path), broker_config=config)
+    client = client_class(str(tmp_path), broker_config=config)
     try:
         with pytest.raises(TopicNotFound, match="allowAutoTopicCreation"):
             client.create_producer("missing")
@@ -321,6 +361,7 @@ def test_non_persistent_topics_work_in_memory_and_write_nothing(tmp_path: Path) 
     assert _tree(tmp_path) == before
 
 
+@BOTH_CLIENT_CLASSES
 @pytest.mark.parametrize(
     "topic",
     [
@@ -338,8 +379,8 @@ def test_non_persistent_topics_work_in_memory_and_write_nothing(tmp_path: Path) 
         "persistent://public/default/a/b",
     ],
 )
-def test_bad_topic_names_fail_before_anything_is_written(tmp_path: Path, topic: str) -> None:
-    client = Client(str(tmp_path))
+def test_bad_topic_names_fail_before_anything_is_written(client_class: ClientMaker, tmp_path: Path, topic: str) -> None:
+    client = client_class(str(tmp_path))
     before = _tree(tmp_path)
     try:
         for call in (
@@ -357,8 +398,9 @@ def test_bad_topic_names_fail_before_anything_is_written(tmp_path: Path, topic: 
     assert not (tmp_path.parent / "escape").exists()
 
 
-def test_topic_that_is_not_a_str_is_a_value_error(tmp_path: Path) -> None:
-    client = Client(str(tmp_path))
+@BOTH_CLIENT_CLASSES
+def test_topic_that_is_not_a_str_is_a_value_error(client_class: ClientMaker, tmp_path: Path) -> None:
+    client = client_class(str(tmp_path))
     try:
         with pytest.raises(ValueError, match="topic"):
             client.create_producer(b"t")  # type: ignore[arg-type]

@@ -635,8 +635,14 @@ def test_a_pointer_naming_anything_but_a_view_file_is_refused(tmp_path: Path) ->
     log = open_topic(tmp_path)
     append(log, [], [("a", b"1")])
     ledger_id = log.snapshot().ledger_id
-    view_store(log.io, log.path).commit(horizon=1, file="../../escape.parquet", rows=0, ledger_id=ledger_id,
-                                        previous_horizon=0)
+    with pytest.raises(LogCorrupted, match="not a view"):  # never written by the library
+        view_store(log.io, log.path).commit(horizon=1, file="../../escape.parquet", rows=0, ledger_id=ledger_id,
+                                            previous_horizon=0)
+    from broker_core.compacted_view import STATE_DIR
+    from broker_core.state_store import VersionedState
+
+    VersionedState(log.io, f"{log.path}/{STATE_DIR}").update(  # but written by hand, it is refused on reading
+        lambda _: {"horizon": 1, "file": "../../escape.parquet", "rows": 0, "ledgerId": ledger_id})
     with pytest.raises(LogCorrupted, match="not a view"):
         CompactedTopic(log).view()
 

@@ -26,7 +26,7 @@ def test_defaults() -> None:
     assert config.allow_auto_topic_creation is True
     assert config.allow_auto_topic_creation_type == "non-partitioned"
     assert config.default_num_partitions == 1
-    assert config.max_num_partitions_per_partitioned_topic == 0
+    assert config.max_num_partitions_per_partitioned_topic == 1024
     assert config.broker_deduplication_max_number_of_producers == 10_000
     assert config.checkpoint_interval == 100
     assert config.producer_lease_ms == 30_000

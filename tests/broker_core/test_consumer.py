@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from async_facade import BOTH_CLIENTS, any_client
 from consumer_helpers import drain, values
 
 from broker_core import (
@@ -42,10 +43,10 @@ def make_client(root: Path, *, clock: ManualClock | None = None, **config: Any) 
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[Client]:
-    c = make_client(tmp_path)
-    yield c
-    c.close()
+def client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Client]:
+    """The sync client; tests marked ``BOTH_CLIENTS`` also run on the asyncio client."""
+    with any_client(request, Client, str(tmp_path), broker_config=BrokerConfig(fsync_enabled=False)) as c:
+        yield c
 
 
 def send_all(client: Client, topic: str, values: list[str], **kwargs: Any) -> list[MessageId]:
@@ -75,7 +76,7 @@ def subscribe(client: Client, topic: Any = "t", sub: str = "s", **kwargs: Any) -
         {"consumer_type": "Shared"},
         {"consumer_type": 1},
         {"receiver_queue_size": "10"},
-        {"receiver_queue_size": 0},
+        {"receiver_queue_size": -1},
         {"consumer_name": 5},
         {"unacked_messages_timeout_ms": 500},
         {"unacked_messages_timeout_ms": "1000"},
@@ -102,18 +103,21 @@ def test_wrongly_typed_arguments_raise_value_error(client: Client, kwargs: dict[
         client.subscribe("t", "s", **kwargs)
 
 
+@BOTH_CLIENTS
 @pytest.mark.parametrize("name", ["", "a/b", "../x", ".hidden", "sp ace", "x" * 300, 5, None])
 def test_bad_subscription_names_are_refused(client: Client, name: Any) -> None:
     with pytest.raises(ValueError):
         client.subscribe("t", name)
 
 
+@BOTH_CLIENTS
 @pytest.mark.parametrize("topic", [5, [], ["t", 3], "persistent://public", "a/../b"])
 def test_bad_topics_are_refused(client: Client, topic: Any) -> None:
     with pytest.raises(ValueError):
         client.subscribe(topic, "s")
 
 
+@BOTH_CLIENTS
 def test_a_failed_subscribe_leaves_no_consumer_registered(client: Client) -> None:
     with pytest.raises(ValueError):
         client.subscribe("t", "s", unacked_messages_timeout_ms=10)
@@ -121,6 +125,7 @@ def test_a_failed_subscribe_leaves_no_consumer_registered(client: Client) -> Non
     consumer.close()
 
 
+@BOTH_CLIENTS
 def test_cumulative_ack_refused_on_shared_and_key_shared(client: Client) -> None:
     send_all(client, "t", ["a"])
     for kind, sub in ((ConsumerType.Shared, "s1"), (ConsumerType.KeyShared, "s2")):
@@ -148,6 +153,7 @@ def test_receive_timeout_must_be_an_int(client: Client) -> None:
 # -- receiving ------------------------------------------------------------------------------------------
 
 
+@BOTH_CLIENTS
 def test_identity_accessors(client: Client) -> None:
     consumer = client.subscribe("t", "sub-x", consumer_name="me")
     assert consumer.topic() == "persistent://public/default/t"
@@ -159,6 +165,7 @@ def test_identity_accessors(client: Client) -> None:
     consumer.close()  # idempotent
 
 
+@BOTH_CLIENTS
 def test_initial_position_earliest_and_latest(client: Client) -> None:
     send_all(client, "t", ["old"])
     earliest = client.subscribe("t", "e", initial_position=InitialPosition.Earliest)
@@ -171,6 +178,7 @@ def test_initial_position_earliest_and_latest(client: Client) -> None:
     latest.close()
 
 
+@BOTH_CLIENTS
 def test_initial_position_applies_only_when_the_subscription_is_created(client: Client) -> None:
     send_all(client, "t", ["a"])
     consumer = client.subscribe("t", "s")  # Latest: "a" is skipped
@@ -181,6 +189,7 @@ def test_initial_position_applies_only_when_the_subscription_is_created(client: 
     again.close()
 
 
+@BOTH_CLIENTS
 def test_receive_timeout_raises_when_drained(client: Client) -> None:
     consumer = subscribe(client)
     with pytest.raises(Timeout):
@@ -192,6 +201,7 @@ def test_receive_timeout_raises_when_drained(client: Client) -> None:
     consumer.close()
 
 
+@BOTH_CLIENTS
 def test_receive_without_timeout_waits_for_a_message(client: Client) -> None:
     consumer = subscribe(client)
     got: list[Message] = []
@@ -204,6 +214,7 @@ def test_receive_without_timeout_waits_for_a_message(client: Client) -> None:
     consumer.close()
 
 
+@BOTH_CLIENTS
 def test_close_wakes_a_blocked_receive(client: Client) -> None:
     consumer = subscribe(client)
     errors: list[BaseException] = []
@@ -226,6 +237,7 @@ def test_close_wakes_a_blocked_receive(client: Client) -> None:
         consumer.acknowledge(MessageId.earliest)
 
 
+@BOTH_CLIENTS
 def test_message_accessors_and_schema(client: Client) -> None:
     producer = client.create_producer("t", schema=StringSchema())
     producer.send("héllo", properties={"k": "v"}, partition_key="pk", event_timestamp=42)
@@ -264,6 +276,7 @@ def test_acknowledge_persists_across_a_restart(tmp_path: Path) -> None:
     client.close()
 
 
+@BOTH_CLIENTS
 def test_acknowledge_cumulative(client: Client) -> None:
     send_all(client, "t", [f"m{i}" for i in range(5)])
     consumer = subscribe(client)
@@ -279,6 +292,7 @@ def test_acknowledge_cumulative(client: Client) -> None:
     consumer.close()
 
 
+@BOTH_CLIENTS
 def test_batch_index_ack_redelivers_only_the_unacked_messages_of_a_batch(client: Client) -> None:
     producer = client.create_producer("t", batching_enabled=True, batching_max_publish_delay_ms=60_000)
     for i in range(4):
@@ -298,6 +312,7 @@ def test_batch_index_ack_redelivers_only_the_unacked_messages_of_a_batch(client:
     consumer.close()
 
 
+@BOTH_CLIENTS
 def test_negative_acknowledge_redelivers_with_a_growing_redelivery_count(client: Client) -> None:
     send_all(client, "t", ["a", "b"])
     consumer = subscribe(client, negative_ack_redelivery_delay_ms=0)
@@ -336,6 +351,7 @@ def test_nack_delay_holds_while_an_earlier_message_rewinds_the_read(
     consumer.close()
 
 
+@BOTH_CLIENTS
 @pytest.mark.parametrize("kind", [ConsumerType.Shared, ConsumerType.KeyShared, ConsumerType.Failover])
 def test_negative_acknowledge_other_types(client: Client, kind: ConsumerType) -> None:
     send_all(client, "t", ["a", "b", "c"])
@@ -376,6 +392,7 @@ def test_negative_ack_backoff_is_asked_with_the_redelivery_count(client: Client)
     consumer.close()
 
 
+@BOTH_CLIENTS
 @pytest.mark.parametrize("kind", [ConsumerType.Shared, ConsumerType.Exclusive])
 def test_ack_timeout_redelivers_unacknowledged_messages(client: Client, kind: ConsumerType) -> None:
     send_all(client, "t", ["a", "b"])
@@ -389,6 +406,7 @@ def test_ack_timeout_redelivers_unacknowledged_messages(client: Client, kind: Co
     consumer.close()
 
 
+@BOTH_CLIENTS
 def test_redeliver_unacknowledged_messages(client: Client) -> None:
     send_all(client, "t", ["a", "b", "c"])
     for kind, sub in ((ConsumerType.Exclusive, "ex"), (ConsumerType.Shared, "sh")):
@@ -405,6 +423,7 @@ def test_redeliver_unacknowledged_messages(client: Client) -> None:
 # -- seek ----------------------------------------------------------------------------------------------------
 
 
+@BOTH_CLIENTS
 def test_seek_by_message_id_is_exclusive_by_default(client: Client) -> None:
     ids = send_all(client, "t", ["m0", "m1", "m2", "m3"])
     consumer = subscribe(client)
@@ -417,6 +436,7 @@ def test_seek_by_message_id_is_exclusive_by_default(client: Client) -> None:
     consumer.close()
 
 
+@BOTH_CLIENTS
 def test_seek_by_message_id_inclusive(client: Client) -> None:
     ids = send_all(client, "t", ["m0", "m1", "m2"])
     consumer = subscribe(client, start_message_id_inclusive=True)
@@ -426,6 +446,7 @@ def test_seek_by_message_id_inclusive(client: Client) -> None:
     consumer.close()
 
 
+@BOTH_CLIENTS
 def test_seek_moves_the_durable_cursor_backwards_and_forwards(client: Client) -> None:
     ids = send_all(client, "t", ["m0", "m1", "m2", "m3"])
     consumer = subscribe(client)
@@ -502,6 +523,7 @@ def test_seek_by_timestamp_is_inclusive(tmp_path: Path) -> None:
 # -- unsubscribe ---------------------------------------------------------------------------------------------
 
 
+@BOTH_CLIENTS
 def test_unsubscribe_refused_while_another_consumer_is_connected(client: Client) -> None:
     send_all(client, "t", ["a"])
     c1 = subscribe(client, consumer_type=ConsumerType.Shared)
@@ -523,6 +545,7 @@ def test_unsubscribe_refused_while_another_consumer_is_connected(client: Client)
     fresh.close()
 
 
+@BOTH_CLIENTS
 def test_unsubscribe_removes_the_cursor(client: Client) -> None:
     consumer = subscribe(client)
     consumer.unsubscribe()
@@ -650,6 +673,7 @@ def test_pause_and_resume_message_listener(client: Client) -> None:
 # -- several topics ------------------------------------------------------------------------------------------
 
 
+@BOTH_CLIENTS
 def test_multi_topic_subscription(client: Client) -> None:
     send_all(client, "t1", ["a1", "a2"])
     send_all(client, "t2", ["b1"])
@@ -666,6 +690,7 @@ def test_multi_topic_subscription(client: Client) -> None:
     consumer.close()
 
 
+@BOTH_CLIENTS
 def test_partitioned_topic_subscription(client: Client) -> None:
     client._broker.admin.create_partitioned_topic("pt", 3)
     producer = client.create_producer("pt")
@@ -682,6 +707,7 @@ def test_partitioned_topic_subscription(client: Client) -> None:
     consumer.close()
 
 
+@BOTH_CLIENTS
 def test_regex_subscription_picks_up_a_topic_created_later(client: Client) -> None:
     send_all(client, "orders-1", ["o1"])
     send_all(client, "other", ["x"])
@@ -694,9 +720,19 @@ def test_regex_subscription_picks_up_a_topic_created_later(client: Client) -> No
     consumer.close()
 
 
+def test_regex_pattern_short_forms_are_in_public_default_or_the_named_namespace(client: Client) -> None:
+    """As the official client reads short topic names: '<regex>' and 'tenant/namespace/<regex>'."""
+    send_all(client, "orders-eu", ["eu"])
+    send_all(client, "audit", ["audit"])
+    for pattern, sub in ((re.compile("orders-.*"), "a"), (re.compile("public/default/orders-.*"), "b")):
+        consumer = client.subscribe(pattern, sub, initial_position=EARLIEST)
+        assert values(drain(consumer)) == ["eu"]
+        consumer.close()
+
+
 def test_regex_pattern_needs_a_namespace(client: Client) -> None:
-    with pytest.raises(ValueError):
-        client.subscribe(re.compile("orders-.*"), "s")
+    with pytest.raises(ValueError, match="must name its namespace"):
+        client.subscribe(re.compile("default/orders-.*"), "s")
 
 
 # -- subscription modes --------------------------------------------------------------------------------------

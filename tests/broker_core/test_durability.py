@@ -25,7 +25,7 @@ import pytest
 from delta_probe import values_digest
 from log_helpers import TOPIC_DIR, open_topic, producer_table, read_all
 
-from broker_core.errors import ProducerBusy, ProducerFenced
+from broker_core.errors import ProducerFenced
 from broker_core.log.checkpoint import LOG_DIR
 from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
 from broker_core.topic_log import TopicLog
@@ -346,7 +346,7 @@ def test_exclusive_refuses_another_process_and_fencing_takes_over(tmp_path: Path
     assert topic.snapshot().version == version
     assert read_all(topic)[0].column("value").to_pylist() == [b"p1:0", b"p3:0"]
     # once p3's lease has run out, a new exclusive producer may register
-    with pytest.raises(ProducerBusy):
+    with pytest.raises(ProducerFenced):
         registry.register("p5", ProducerAccessMode.Exclusive, now_ms=now_ms + 2_000, lease_ms=60_000)
     registry.register("p5", ProducerAccessMode.Exclusive, now_ms=now_ms + 61_001, lease_ms=60_000)
     assert registry.live_producers(now_ms=now_ms + 61_002) == {"p5": "Exclusive"}

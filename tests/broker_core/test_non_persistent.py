@@ -634,7 +634,7 @@ def test_access_modes_apply_among_the_producers_of_the_process(client: Client) -
     shared = client.create_producer(NP + "am", producer_name="shared")
     with pytest.raises(ProducerBusy, match="unique"):
         client.create_producer(NP + "am", producer_name="shared")
-    with pytest.raises(ProducerBusy):
+    with pytest.raises(ProducerFenced):  # an exclusive newcomer is fenced, as by Pulsar's broker
         client.create_producer(NP + "am", access_mode=ProducerAccessMode.Exclusive)
     fencer = client.create_producer(NP + "am", producer_name="fencer",
                                     access_mode=ProducerAccessMode.ExclusiveWithFencing)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from async_facade import BOTH_CLIENTS, any_client
 
 from broker_core import (
     AlreadyClosed,
@@ -81,10 +82,10 @@ def topic_dir(root: Path, local: str) -> Path:
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Any:
-    c = Client(str(tmp_path))
-    yield c
-    c.close()
+def client(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """The sync client; tests marked ``BOTH_CLIENTS`` also run on the asyncio client."""
+    with any_client(request, Client, str(tmp_path)) as c:
+        yield c
 
 
 def make_partitioned(root: Path, topic: str, partitions: int) -> None:
@@ -94,6 +95,7 @@ def make_partitioned(root: Path, topic: str, partitions: int) -> None:
 # -- send / send_async --------------------------------------------------------------------------------
 
 
+@BOTH_CLIENTS
 def test_send_returns_the_message_id_the_reader_sees(client: Client) -> None:
     producer = client.create_producer("t")
     ids = [producer.send(b"m%d" % i) for i in range(3)]
@@ -107,6 +109,7 @@ def test_send_returns_the_message_id_the_reader_sees(client: Client) -> None:
     assert producer.topic() == "persistent://public/default/t"
 
 
+@BOTH_CLIENTS
 def test_send_async_callback_gets_ok_and_the_message_id(client: Client) -> None:
     producer = client.create_producer("t")
     callbacks = Callbacks(expected=5)
@@ -120,6 +123,7 @@ def test_send_async_callback_gets_ok_and_the_message_id(client: Client) -> None:
     assert [m.data() for m in msgs] == [b"m%d" % i for i in range(5)]
 
 
+@BOTH_CLIENTS
 def test_send_async_without_a_callback_is_written_by_flush(client: Client) -> None:
     producer = client.create_producer("t", batching_enabled=True, batching_max_publish_delay_ms=60_000)
     producer.send_async(b"a", None)
@@ -135,6 +139,7 @@ def test_send_async_callback_must_be_callable(client: Client) -> None:
     assert read_all(client, "t") == []
 
 
+@BOTH_CLIENTS
 def test_producer_name_is_generated_or_given(client: Client) -> None:
     assert client.create_producer("t").producer_name() != client.create_producer("t").producer_name()
     named = client.create_producer("t", producer_name="orders-writer")
@@ -143,6 +148,7 @@ def test_producer_name_is_generated_or_given(client: Client) -> None:
     assert read_all(client, "t")[0].producer_name() == "orders-writer"
 
 
+@BOTH_CLIENTS
 def test_send_after_close_raises_already_closed(client: Client) -> None:
     producer = client.create_producer("t")
     producer.close()
@@ -211,6 +217,7 @@ def test_negative_sequence_id_is_refused(client: Client) -> None:
         producer.send(b"x", sequence_id=-1)
 
 
+@BOTH_CLIENTS
 def test_string_schema_encodes_text(client: Client) -> None:
     producer = client.create_producer("t", schema=StringSchema())
     producer.send("héllo")
@@ -301,6 +308,7 @@ def test_message_fields_are_recorded_and_read_back(tmp_path: Path) -> None:
         client.close()
 
 
+@BOTH_CLIENTS
 def test_sequence_ids_count_from_zero_or_from_initial_sequence_id(client: Client) -> None:
     first = client.create_producer("t")
     for _ in range(3):
@@ -327,6 +335,7 @@ def test_deliver_at_and_deliver_after_are_recorded(tmp_path: Path) -> None:
         client.close()
 
 
+@BOTH_CLIENTS
 def test_null_value_is_a_tombstone_distinct_from_empty(client: Client) -> None:
     producer = client.create_producer("t")
     producer.send(None, partition_key="k")
@@ -364,6 +373,7 @@ def test_publish_time_is_taken_when_send_is_called(tmp_path: Path) -> None:
 # -- batching -----------------------------------------------------------------------------------------
 
 
+@BOTH_CLIENTS
 def test_messages_of_one_flush_share_an_entry_with_batch_indexes(client: Client) -> None:
     producer = client.create_producer("t", batching_enabled=True, batching_max_publish_delay_ms=60_000)
     callbacks = Callbacks(expected=5)
@@ -378,6 +388,7 @@ def test_messages_of_one_flush_share_an_entry_with_batch_indexes(client: Client)
     assert [m.message_id() for m in msgs] == ids
 
 
+@BOTH_CLIENTS
 def test_batching_max_messages_cuts_batches(client: Client) -> None:
     producer = client.create_producer(
         "t", batching_enabled=True, batching_max_messages=3, batching_max_publish_delay_ms=60_000
@@ -394,6 +405,7 @@ def test_batching_max_messages_cuts_batches(client: Client) -> None:
     assert [(i.entry_id(), i.batch_index()) for i in last.ids()] == [(2, 0)]
 
 
+@BOTH_CLIENTS
 def test_batching_max_allowed_size_cuts_batches(client: Client) -> None:
     producer = client.create_producer(
         "t",
@@ -419,6 +431,7 @@ def test_sync_send_flushes_the_pending_batch(client: Client) -> None:
     assert [i.batch_index() for i in ids] == [0, 1, 2, 3]
 
 
+@BOTH_CLIENTS
 def test_publish_delay_flushes_a_batch_without_flush(client: Client) -> None:
     producer = client.create_producer("t", batching_enabled=True, batching_max_publish_delay_ms=5)
     callbacks = Callbacks(expected=3)
@@ -430,6 +443,7 @@ def test_publish_delay_flushes_a_batch_without_flush(client: Client) -> None:
     assert [m.data() for m in read_all(client, "t")] == [b"m0", b"m1", b"m2"]
 
 
+@BOTH_CLIENTS
 def test_unbatched_sends_are_entries_of_their_own(client: Client) -> None:
     producer = client.create_producer("t")
     callbacks = Callbacks(expected=4)
@@ -440,6 +454,7 @@ def test_unbatched_sends_are_entries_of_their_own(client: Client) -> None:
     assert [i.entry_id() for i in ids] == [0, 1, 2, 3]
 
 
+@BOTH_CLIENTS
 def test_key_based_batching_groups_messages_per_key(client: Client) -> None:
     producer = client.create_producer(
         "t", batching_enabled=True, batching_type=BatchingType.KeyBased, batching_max_publish_delay_ms=60_000
@@ -612,6 +627,7 @@ def test_keyed_messages_with_murmur3_hashing(tmp_path: Path, client: Client) -> 
     assert routed != {k: java_string_hash(k) % 5 for k in routed}  # the scheme really matters
 
 
+@BOTH_CLIENTS
 def test_keyed_messages_reach_the_partition_readers(tmp_path: Path, client: Client) -> None:
     make_partitioned(tmp_path, "p", 3)
     producer = client.create_producer("p")
@@ -630,6 +646,7 @@ def test_keyed_messages_reach_the_partition_readers(tmp_path: Path, client: Clie
     assert {m.partition_key(): m.message_id() for m in read_all(client, "p")} == sent
 
 
+@BOTH_CLIENTS
 def test_round_robin_without_batching_cycles_partitions(tmp_path: Path, client: Client) -> None:
     make_partitioned(tmp_path, "p", 4)
     producer = client.create_producer("p", message_routing_mode=PartitionsRoutingMode.RoundRobinDistribution)
@@ -793,29 +810,35 @@ def test_without_dedup_a_resend_is_written_again(client: Client) -> None:
 # -- access modes -------------------------------------------------------------------------------------
 
 
+@BOTH_CLIENTS
 def test_exclusive_producer_makes_a_second_producer_busy(client: Client) -> None:
+    """As Pulsar's broker answers: a second Exclusive producer is fenced, a Shared one is busy."""
     holder = client.create_producer("t", access_mode=ProducerAccessMode.Exclusive)
-    for mode in (ProducerAccessMode.Shared, ProducerAccessMode.Exclusive):
-        with pytest.raises(ProducerBusy):
-            client.create_producer("t", access_mode=mode)
+    with pytest.raises(ProducerFenced, match="exclusively"):
+        client.create_producer("t", access_mode=ProducerAccessMode.Exclusive)
+    with pytest.raises(ProducerBusy):
+        client.create_producer("t", access_mode=ProducerAccessMode.Shared)
     holder.send(b"still mine")
     holder.close()
     client.create_producer("t", access_mode=ProducerAccessMode.Exclusive).send(b"next")
     assert [m.data() for m in read_all(client, "t")] == [b"still mine", b"next"]
 
 
+@BOTH_CLIENTS
 def test_exclusive_is_refused_while_a_shared_producer_is_connected(client: Client) -> None:
     client.create_producer("t")
-    with pytest.raises(ProducerBusy):
+    with pytest.raises(ProducerFenced):
         client.create_producer("t", access_mode=ProducerAccessMode.Exclusive)
 
 
+@BOTH_CLIENTS
 def test_two_producers_with_the_same_name_are_refused(client: Client) -> None:
     client.create_producer("t", producer_name="dup")
     with pytest.raises(ProducerBusy, match="dup"):
         client.create_producer("t", producer_name="dup")
 
 
+@BOTH_CLIENTS
 def test_exclusive_with_fencing_fences_the_first_producer(client: Client) -> None:
     first = client.create_producer("t", access_mode=ProducerAccessMode.Exclusive)
     first.send(b"before")
@@ -835,6 +858,7 @@ def test_exclusive_with_fencing_fences_the_first_producer(client: Client) -> Non
     assert [m.data() for m in read_all(client, "t")] == [b"before", b"after"]
 
 
+@BOTH_CLIENTS
 def test_exclusive_with_fencing_fences_shared_producers(client: Client) -> None:
     shared = client.create_producer("t")
     client.create_producer("t", access_mode=ProducerAccessMode.ExclusiveWithFencing)
@@ -843,6 +867,7 @@ def test_exclusive_with_fencing_fences_shared_producers(client: Client) -> None:
     assert read_all(client, "t") == []
 
 
+@BOTH_CLIENTS
 def test_wait_for_exclusive_waits_until_the_holder_closes(client: Client) -> None:
     holder = client.create_producer("t", access_mode=ProducerAccessMode.Exclusive)
     created = threading.Event()

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
-from broker_core.errors import BrokerPersistenceError, DirectoryGone, InvalidUrl, PulsarException
+from broker_core.errors import BrokerPersistenceError, DirectoryGone, InvalidUrl, PulsarException, RootNotFound
+from broker_core.root_check import open_root
 from broker_core.storage import LocalFileIO, file_io_for
 
 
 @pytest.fixture
 def io(tmp_path: Path) -> LocalFileIO:
+    (tmp_path / "root").mkdir()
     return LocalFileIO(str(tmp_path / "root"))
 
 
@@ -125,7 +127,7 @@ def test_new_directories_and_entries_are_fsynced_into_their_parents(
     synced: list[str] = []
     monkeypatch.setattr(LocalFileIO, "_fsync_dir", staticmethod(lambda d: synced.append(os.path.relpath(d, tmp_path))))
     io = LocalFileIO(str(tmp_path / "root"))
-    (tmp_path / "root" / "a").mkdir()
+    (tmp_path / "root" / "a").mkdir(parents=True)
     getattr(io, method)("a/b/c/file", b"data")
     # a/b and a/b/c were created: each is fsynced into its parent, then the file into a/b/c
     assert synced == ["root/a", "root/a/b", "root/a/b/c"]
@@ -244,13 +246,27 @@ def test_root_uri_and_abs_path(tmp_path: Path) -> None:
     assert io.root == str(tmp_path / "r")
     assert io.root_uri == "file://" + str(tmp_path / "r")
     assert io.abs_path("a/b") == os.path.join(str(tmp_path / "r"), "a/b")
-    assert (tmp_path / "r").is_dir()
+    assert not (tmp_path / "r").exists()  # a FileIO never creates its root: open_root decides
+
+
+def test_a_missing_root_is_an_error_naming_it_unless_creating_it_was_asked(tmp_path: Path) -> None:
+    missing = str(tmp_path / "typo")
+    io = LocalFileIO(missing)
+    with pytest.raises(RootNotFound, match=r"typo.*does not exist") as info:
+        open_root(io, missing, create_root=False)
+    assert info.value.root == missing
+    assert not (tmp_path / "typo").exists()
+    open_root(io, missing, create_root=True)
+    assert (tmp_path / "typo").is_dir()
+    open_root(io, missing, create_root=False)  # now it exists
 
 
 def test_a_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"")
+    with pytest.raises(RootNotFound, match="not a directory"):
+        open_root(LocalFileIO(str(tmp_path / "f")), str(tmp_path / "f"), create_root=True)
     with pytest.raises(BrokerPersistenceError, match="storage root"):
-        LocalFileIO(str(tmp_path / "f" / "sub"))
+        open_root(LocalFileIO(str(tmp_path / "f" / "sub")), str(tmp_path / "f" / "sub"), create_root=True)
 
 
 # --- file_io_for ------------------------------------------------------------------------------------
@@ -259,7 +275,7 @@ def test_a_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
 def test_file_io_for_a_plain_path(tmp_path: Path) -> None:
     io = file_io_for(str(tmp_path / "plain"))
     assert io.root == str(tmp_path / "plain")
-    assert (tmp_path / "plain").is_dir()
+    assert not (tmp_path / "plain").exists()
 
 
 def test_file_io_for_a_relative_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

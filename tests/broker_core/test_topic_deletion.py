@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from log_helpers import TOPIC_DIR, open_topic, producer_table, read_all
 
-from broker_core import Admin, Client, MessageId, Producer, Timeout, TopicNotFound
+from broker_core import Admin, Client, InitialPosition, MessageId, Producer, Timeout, TopicNotFound
 from broker_core.errors import TopicDeleted
 from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
 from broker_core.state_store import VersionedState
@@ -335,3 +335,37 @@ def test_a_state_handle_that_slept_through_a_re_creation_builds_on_the_new_docum
     seen: list[Any] = []
     stale.update(lambda doc: seen.append(doc) or {"n": -1})
     assert seen[-1] == {"n": 102}
+
+
+def test_a_reader_and_a_consumer_of_a_deleted_topic_stop_with_a_typed_error_once(root: Path) -> None:
+    """Not polling (and failing) forever: the next read raises TopicDeleted, later calls AlreadyClosed,
+    and nothing re-creates the topic."""
+    from broker_core import AlreadyClosed
+
+    client = Client(str(root))
+    try:
+        producer = client.create_producer("orders")
+        for i in range(3):
+            producer.send(f"m{i}".encode())
+        reader = client.create_reader("orders", MessageId.earliest)
+        consumer = client.subscribe("orders", "sub", initial_position=InitialPosition.Earliest)
+        assert reader.read_next(timeout_millis=5000).data() == b"m0"
+        assert consumer.receive(timeout_millis=5000).data() == b"m0"
+        producer.close()
+        Admin.open(str(root)).delete_topic("orders", force=True)
+        for handle, call in ((reader, lambda: [reader.read_next(timeout_millis=10) for _ in range(10**6)]),
+                             (consumer, lambda: [consumer.receive(timeout_millis=10) for _ in range(10**6)])):
+            with pytest.raises(TopicDeleted, match="orders was deleted") as info:
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:  # buffered messages first, then the stop
+                    try:
+                        call()
+                    except Timeout:
+                        continue
+            assert isinstance(info.value, TopicNotFound)
+            with pytest.raises(AlreadyClosed):
+                call()
+            assert not handle.is_connected()
+        assert not (root / TOPIC_PATH).exists()
+    finally:
+        client.close()

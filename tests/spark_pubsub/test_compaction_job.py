@@ -183,3 +183,49 @@ def test_read_compacted_is_refused_for_shared_subscriptions(tmp_path: Path) -> N
         with pytest.raises(InvalidConfiguration, match="readCompacted"):
             planner_for(root, subscription="s", subscriptionType=subscription_type)
     planner_for(root, subscription="s", subscriptionType="Failover")  # allowed, as in Pulsar
+
+
+def test_read_compacted_equals_the_client_s_compacted_reader_after_retention_merge_and_vacuum(
+    spark: Any, tmp_path: Path
+) -> None:
+    """One compacted view, read the same way by the client, a batch read and a stream, even once
+    retention removed every segment below the horizon (and merge-segments and vacuum ran)."""
+    from broker_core import MessageId
+    from broker_core.errors import Timeout
+    from broker_core.jobs.log_maintenance import vacuum
+    from broker_core.jobs.merge_segments import merge_segments
+    from broker_core.jobs.retention import run_retention
+
+    root = make_root(tmp_path / "root")
+    for i in range(6):  # one segment per send: retention removes whole segments
+        send(root, "t", [(f"k{i % 3}", f"v{i}".encode())])
+    broker = Broker.for_url(root)
+    compact_topic(broker, "t")
+    run_retention(broker, "t", retention_time_in_minutes=0, retention_size_in_mb=0,
+                  now_ms=2**62)
+    log = broker.topic_log(TopicName.parse("t"), create=False)
+    assert log.snapshot().first_offset == 6  # every segment below the horizon is gone
+    send(root, "t", [("k0", b"tail-0"), ("k9", b"tail-9")])
+    merge_segments(broker, "t", min_segments=2, min_age_ms=0, dry_run=False)
+    vacuum(broker, "t", min_age_ms=0, dry_run=False, enforce_min_age=False)
+
+    client = Client(root)
+    try:
+        reader = client.create_reader("t", MessageId.earliest, is_read_compacted=True)
+        by_client = []
+        while True:
+            try:
+                msg = reader.read_next(timeout_millis=300)
+            except Timeout:
+                break
+            by_client.append((msg.partition_key(), msg.data()))
+    finally:
+        client.close()
+    assert sorted(by_client) == [("k0", b"tail-0"), ("k0", b"v3"), ("k1", b"v4"), ("k2", b"v5"), ("k9", b"tail-9")]
+
+    batch = spark.read.format("pubsub").option("topic", "t").option("readCompacted", "true").load(root)
+    assert sorted((r.key, r.value) for r in batch.select("key", "value").collect()) == sorted(by_client)
+    got = Collector(("key", "value"))
+    run_available_now(source(spark, root, topic="t", readCompacted="true", startingOffsets="earliest"),
+                      tmp_path / "ck", got)
+    assert sorted(got.rows) == sorted(by_client)

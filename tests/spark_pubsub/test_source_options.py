@@ -156,11 +156,14 @@ def test_malformed_values_are_refused_naming_the_option(option: str, value: str)
     assert isinstance(info.value, ValueError)
 
 
-def test_unknown_option_is_refused_and_named() -> None:
+def test_unknown_option_is_refused_named_and_the_nearest_name_suggested() -> None:
     with pytest.raises(InvalidConfiguration) as info:
-        parse(maxOffsetsPerTrigger="10")  # Kafka's name, not ours
+        parse(startingOffset="earliest")  # a typo
     text = str(info.value)
-    assert "maxoffsetspertrigger" in text and "maxMessagesPerTrigger" in text  # lists the valid ones
+    assert "'startingoffset'" in text and "did you mean 'startingOffsets'?" in text
+    with pytest.raises(InvalidConfiguration) as info:
+        parse(zzz="1")  # nothing near: the valid names are listed
+    assert "maxMessagesPerTrigger" in str(info.value) and "subscribe" in str(info.value)
 
 
 CONFLICTS = [
@@ -270,17 +273,13 @@ def test_errors_reach_the_spark_user_with_the_option_name(spark: Any, root: str)
             root
         ).collect()
     assert "startingOffsets" in str(info.value)
-    query = (
-        spark.readStream.format("pubsub")
-        .option("topic", "t")
-        .option("maxMessagesPerTrigger", "lots")
-        .load(root)
-        .writeStream.format("noop")
-        .start()
-    )
+    # a streaming read's options are checked when load() is called, not when the query first runs
     with pytest.raises(PySparkException) as info:
-        query.awaitTermination()
+        spark.readStream.format("pubsub").option("topic", "t").option("maxMessagesPerTrigger", "lots").load(root)
     assert "maxMessagesPerTrigger" in str(info.value)
+    with pytest.raises(PySparkException) as info:  # a typo gets the nearest valid name
+        spark.readStream.format("pubsub").option("topic", "t").option("startingOfsets", "earliest").load(root)
+    assert "did you mean 'startingOffsets'?" in str(info.value)
 
 
 def test_service_url_and_load_path_name_the_same_root(spark: Any, root: str) -> None:
@@ -355,7 +354,9 @@ def test_schema_and_every_column(spark: Any, root: str) -> None:
     publish = datetime.fromtimestamp(T0 / 1000)  # collect() gives naive local times
     for i in range(n):
         r = rows[f"v{i}".encode()]
-        assert r.topic == f"persistent://public/default/cols-partition-{i % 2}" and r.partition == i % 2
+        assert r.topic == "persistent://public/default/cols" and r.partition == i % 2  # the user's name
+        assert r.internalTopic == f"persistent://public/default/cols-partition-{i % 2}"
+        assert r.timestamp == r.publishTime and r.timestampType == 0
         assert r.key == (f"k{i % 3}" if i != 5 else None)
         assert r.publishTime == publish
         assert r.eventTime == datetime.fromtimestamp((T0 - 1000 * i) / 1000)
@@ -380,7 +381,7 @@ def test_schema_and_every_column(spark: Any, root: str) -> None:
         msg = reader.read_next(1000)
         by_value[msg.data()] = (msg.message_id().to_admin_string(), msg.topic_name())
     client.close()
-    assert by_value == {v: (r.messageId, r.topic) for v, r in rows.items()}
+    assert by_value == {v: (r.messageId, r.internalTopic) for v, r in rows.items()}
 
 
 # -- offsets and timestamps of a bounded read ------------------------------------------------------------

@@ -209,7 +209,7 @@ def test_topics_pattern_picks_up_a_topic_created_while_the_query_runs(
 ) -> None:
     produce(root, "pat-a", names("a", 5))
     produce(root, "other", names("o", 5))
-    got = Collector(("value", "topic"))
+    got = Collector(("value", "topic", "internalTopic"))
     query = start_continuous(
         source(spark, root, topicsPattern="persistent://public/default/pat-.*", startingOffsets="earliest"),
         tmp_path / "ck",
@@ -225,11 +225,13 @@ def test_topics_pattern_picks_up_a_topic_created_while_the_query_runs(
         while len(got.values) < 13 and time.monotonic() < deadline:
             query.processAllAvailable()
         assert sorted(got.values) == sorted(names("a", 5) + names("b", 8))  # the new topic from its start
-        assert {r[1] for r in got.rows} == {
+        assert {r[2] for r in got.rows} == {
             "persistent://public/default/pat-a",
             "persistent://public/default/pat-b-partition-0",
             "persistent://public/default/pat-b-partition-1",
         }
+        # topic is the name the user subscribes to, as in Spark's Kafka source
+        assert {r[1] for r in got.rows} == {"persistent://public/default/pat-a", "persistent://public/default/pat-b"}
     finally:
         query.stop()
 

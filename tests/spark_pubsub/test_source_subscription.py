@@ -23,6 +23,7 @@ from source_job import (
 )
 
 from broker_core import Client, ConsumerType, InitialPosition
+from broker_core.admin import Admin
 from broker_core.broker import Broker
 from broker_core.cursor import Cursor
 from spark_pubsub.options import SourceOptions, parse_options
@@ -109,6 +110,7 @@ def test_shared_queries_run_in_turn_split_the_messages(spark: Any, root: str, tm
 
 
 def test_shared_queries_running_together_split_the_messages(spark: Any, root: str, tmp_path: Path) -> None:
+    Admin.open(root).create_topic("shc")  # a read never creates its topic
     a, b = Collector(), Collector()
     qa = start_continuous(
         subscription(spark, root, "shc", "s", "Shared", "a", maxMessagesPerTrigger=10), tmp_path / "ck-a", a

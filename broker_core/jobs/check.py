@@ -1,0 +1,281 @@
+"""``check``: verify an internal topic's files, and optionally repair what can be repaired.
+
+What is checked, per internal topic (``docs/CLI.md``, ``pubsub topics check``):
+
+- **the log**: commits are contiguous (a missing version below the newest is a gap), every commit
+  decodes, every path it names is a segment name, and it replays;
+- **checkpoints** and the ``_last_checkpoint`` hint: each checkpoint decodes;
+- **segments**: every live segment is there, decodes, and holds the rows its ``add`` records;
+- **cursors**: the newest version of every subscription's cursor decodes;
+- **the producer registry**: its newest version decodes (reported only: no safe fallback exists).
+
+What ``repair`` does (a dry run unless ``dry_run=False``):
+
+- a damaged **checkpoint** is rebuilt from the JSON commits (the state at its version, replayed from
+  an older readable checkpoint or version 0), and a damaged hint is rewritten;
+- a damaged **segment** is set aside: its bytes are copied to ``<topic>/_damaged/<name>`` (for
+  forensics), and one ``REPAIR`` commit removes it with a *data-loss record* (the ``remove`` keeps the
+  segment's ``pubsub.*`` tags, so the lost offsets stay documented, plus ``pubsub.dataLoss``: why).
+  Readers then skip the hole (``failOnDataLoss=false`` semantics) and the Spark source with
+  ``failOnDataLoss=true`` fails naming it (``docs/PROTOCOL.md`` section 4.9);
+- a damaged newest **cursor** version is superseded by a copy of the newest readable one.
+
+A gap or an undecodable commit cannot be repaired here (nothing else holds what it held): the
+finding says so, and the fix is to restore the file from a backup.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+
+from broker_core.admin import topic_dir
+from broker_core.broker import Broker
+from broker_core.cursor import Cursor
+from broker_core.cursor_store import CURSORS_DIR, list_subscriptions
+from broker_core.errors import BrokerPersistenceError, LogCorrupted, SegmentCorrupted
+from broker_core.jobs.progress import JobSummary, check_flag, existing_log, resolve_targets, run_each
+from broker_core.log.actions import Action, Remove, decode_actions
+from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, checkpoint_path, read_checkpoint, write_checkpoint
+from broker_core.log.gaps import commit_path, commit_versions
+from broker_core.log.segment_ref import SegmentRef
+from broker_core.log.snapshot import Snapshot
+from broker_core.log.transaction_log import TransactionLog
+from broker_core.naming import TopicName
+from broker_core.segment import read_segment_checked
+from broker_core.state_store import VersionedState
+from broker_core.storage import FileIO
+
+DAMAGED_DIR = "_damaged"
+"""Where repair keeps a copy of each segment it set aside (hidden from Delta readers and vacuum)."""
+TAG_DATA_LOSS = "pubsub.dataLoss"
+"""The ``remove`` tag of a data-loss record: why the segment was set aside."""
+_CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem: what kind, which file, what is wrong, and what repair does (or "" if it cannot)."""
+
+    kind: str
+    file: str
+    detail: str
+    repair: str
+
+    def describe(self) -> str:
+        fix = f"; repair: {self.repair}" if self.repair else "; cannot be repaired here: restore it from a backup"
+        return f"{self.kind} {self.file}: {self.detail}{fix}"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """The findings on one internal topic, and what was repaired (nothing in a dry run)."""
+
+    topic: str
+    findings: tuple[Finding, ...]
+    repaired: tuple[str, ...]
+    dry_run: bool
+
+    @property
+    def changed(self) -> bool:
+        return not self.dry_run and bool(self.repaired)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def describe(self) -> str:
+        if not self.findings:
+            return "ok"
+        lines = [f"{len(self.findings)} problem(s)"] + [f"    {f.describe()}" for f in self.findings]
+        if self.repaired:
+            lines.append(f"    repaired: {', '.join(self.repaired)}")
+        return "\n".join(lines)
+
+
+def check_topic(broker: Broker, topic: str | TopicName, *, repair: bool = False,
+                dry_run: bool = True) -> JobSummary[CheckResult]:
+    """Check every internal topic of ``topic`` (a topic or ``tenant/namespace``); with ``repair`` and
+    ``dry_run=False``, repair what can be repaired (see the module docstring).
+
+    Raises:
+        TopicNotFound, NamespaceNotFound: the target does not exist.
+        InvalidConfiguration: a bad argument.
+    """
+    check_flag(repair, "repair")
+    check_flag(dry_run, "dry_run")
+    target, partitions = resolve_targets(broker, topic)
+    return run_each("check", target, partitions,
+                    lambda part: _check(broker, part, execute=repair and not dry_run), dry_run=dry_run or not repair)
+
+
+def _check(broker: Broker, topic: TopicName, *, execute: bool) -> CheckResult:
+    if existing_log(broker, topic) is None:
+        return CheckResult(str(topic), (), (), not execute)
+    io, path = broker.io, topic_dir(topic)
+    findings: list[Finding] = []
+    repaired: list[str] = []
+    versions = commit_versions(io, path)
+    present = set(versions)
+    gaps = [v for v in range(versions[0], versions[-1]) if v not in present] if versions else []
+    findings += [Finding("gap", commit_path(path, v), f"version {v} is missing although version "
+                         f"{versions[-1]} exists", "") for v in gaps]
+    bad_checkpoints = _check_checkpoints(io, path, findings)
+    snap = None
+    try:
+        snap = TransactionLog(io, path, checkpoint_interval=1 << 62).snapshot()
+    except LogCorrupted as exc:
+        if not gaps:  # a gap was reported already, with the version it misses
+            version = exc.context.get("version")
+            file = commit_path(path, version) if isinstance(version, int) else f"{path}/{LOG_DIR}"
+            findings.append(Finding("log", file, str(exc), ""))
+    damaged: list[tuple[SegmentRef, str]] = []
+    if snap is not None:
+        for seg in snap.segments:
+            try:
+                read_segment_checked(io, path, seg)
+            except SegmentCorrupted as exc:
+                damaged.append((seg, str(exc)))
+                findings.append(Finding("segment", f"{path}/{seg.path}", str(exc),
+                                        f"set aside to {path}/{DAMAGED_DIR}/ with a data-loss record of offsets "
+                                        f"{seg.base_offset}..{seg.end_offset - 1}"))
+    cursors = _check_cursors(io, path, findings)
+    try:  # the producer registry has no safe fallback (leases decide exclusivity): report only
+        VersionedState(io, f"{path}/_producers", anchor=path).latest()
+    except LogCorrupted as exc:
+        findings.append(Finding("producers", f"{path}/_producers", str(exc), ""))
+    if execute:
+        repaired += _rebuild_checkpoints(io, path, bad_checkpoints)
+        if damaged and snap is not None:
+            repaired += _set_aside(broker, topic, damaged)
+        for state, name in cursors:
+            state.update(lambda doc: None if doc is None else dict(doc))
+            repaired.append(name)
+    return CheckResult(str(topic), tuple(findings), tuple(repaired), not execute)
+
+
+def _check_checkpoints(io: FileIO, path: str, findings: list[Finding]) -> list[int]:
+    """Damaged checkpoints (versions), and a hint that names nothing usable, as findings."""
+    bad = []
+    for name in io.list_dir(f"{path}/{LOG_DIR}"):
+        match = _CHECKPOINT_RE.match(name)
+        if match is None:
+            continue
+        version = int(match.group(1))
+        try:
+            read_checkpoint(io, path, version)
+        except LogCorrupted as exc:
+            bad.append(version)
+            findings.append(Finding("checkpoint", checkpoint_path(path, version), str(exc),
+                                    "rebuilt from the JSON commits"))
+    hint = io.read_bytes(f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}")
+    if hint is not None:
+        try:
+            int(json.loads(hint)["version"])
+        except (ValueError, KeyError, TypeError):
+            findings.append(Finding("hint", f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}", "not a checkpoint hint",
+                                    "rewritten to name the newest checkpoint"))
+            bad.append(-1)
+    return bad
+
+
+def _snapshot_at(io: FileIO, path: str, version: int, bad: set[int]) -> Snapshot | None:
+    """The state at ``version`` replayed from JSON: from the newest readable checkpoint below it (not
+    one of ``bad``), else from version 0; None when a commit on the way is missing."""
+    base: Snapshot | None = None
+    for name in sorted(io.list_dir(f"{path}/{LOG_DIR}"), reverse=True):
+        match = _CHECKPOINT_RE.match(name)
+        v = int(match.group(1)) if match else -1
+        if match and v < version and v not in bad:
+            try:
+                base = read_checkpoint(io, path, v)
+                break
+            except LogCorrupted:
+                continue
+    if base is None:
+        first = io.read_bytes(commit_path(path, 0))
+        if first is None:
+            return None
+        base = Snapshot.from_actions(0, decode_actions(first, version=0))
+    while base.version < version:
+        data = io.read_bytes(commit_path(path, base.version + 1))
+        if data is None:
+            return None
+        base = base.apply(base.version + 1, decode_actions(data, version=base.version + 1))
+    return base
+
+
+def _rebuild_checkpoints(io: FileIO, path: str, bad: list[int]) -> list[str]:
+    done = []
+    for version in sorted(v for v in bad if v >= 0):
+        state = _snapshot_at(io, path, version, set(bad))
+        if state is None:
+            continue  # the commits before it are gone: readers keep skipping it
+        io.delete(checkpoint_path(path, version))
+        write_checkpoint(io, path, state)
+        done.append(checkpoint_path(path, version))
+    if -1 in bad:
+        newest = _newest_readable_checkpoint(io, path)
+        if newest is not None:  # never leave no hint: with version 0 cleaned up, it is how the topic exists
+            hint = f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}"
+            io.replace(hint, json.dumps({"version": newest.version, "numOfAddFiles": len(newest.segments)}).encode(),
+                       anchor=path)
+            done.append(hint)
+    return done
+
+
+def _newest_readable_checkpoint(io: FileIO, path: str) -> Snapshot | None:
+    versions = sorted((int(m.group(1)) for n in io.list_dir(f"{path}/{LOG_DIR}") if (m := _CHECKPOINT_RE.match(n))),
+                      reverse=True)
+    for version in versions:
+        try:
+            return read_checkpoint(io, path, version)
+        except LogCorrupted:
+            continue
+    return None
+
+
+def _set_aside(broker: Broker, topic: TopicName, damaged: list[tuple[SegmentRef, str]]) -> list[str]:
+    """Copy each damaged segment to ``_damaged/`` and remove it in one ``REPAIR`` commit with its
+    data-loss record (``docs/PROTOCOL.md`` section 4.9)."""
+    io, path = broker.io, topic_dir(topic)
+    for seg, _ in damaged:
+        data = io.read_bytes(f"{path}/{seg.path}")
+        copy = f"{path}/{DAMAGED_DIR}/{seg.path}"
+        if data is not None and not io.exists(copy):
+            io.write_new(copy, data, anchor=path)
+    now_ms = int(time.time() * 1000)
+
+    def build(snap: Snapshot) -> list[Action]:
+        live = {s.path for s in snap.segments}
+        return [Remove(path=seg.path, data_change=True, deletion_timestamp=now_ms, size=seg.size_bytes,
+                       tags={**seg.tags(), TAG_DATA_LOSS: why[:1000]})
+                for seg, why in damaged if seg.path in live]
+
+    log = broker.topic_log(topic, create=False)  # the shared handle: this process's readers see it at once
+    log.log.commit(build, operation="REPAIR", parameters={"setAside": [seg.path for seg, _ in damaged]})
+    log.notify()
+    return [f"{path}/{seg.path}" for seg, _ in damaged]
+
+
+def _check_cursors(io: FileIO, path: str, findings: list[Finding]) -> list[tuple[VersionedState, str]]:
+    """Cursors whose newest version is damaged (as findings), with their state for the repair."""
+    out = []
+    for sub in list_subscriptions(io, path):
+        state = VersionedState(io, f"{path}/{CURSORS_DIR}/{sub}", keep_versions=50, anchor=path,
+                               validate=Cursor.from_json, fall_back=True)
+        try:
+            version, _ = state.latest()
+        except (LogCorrupted, BrokerPersistenceError) as exc:
+            findings.append(Finding("cursor", f"{path}/{CURSORS_DIR}/{sub}", str(exc), ""))
+            continue
+        if version in state.damaged:
+            findings.append(Finding("cursor", f"{path}/{CURSORS_DIR}/{sub}/{version:020d}.json",
+                                    state.damaged[version], "superseded by a copy of the newest readable version"))
+            out.append((state, f"{path}/{CURSORS_DIR}/{sub}"))
+    return out
+
+
+__all__ = ["DAMAGED_DIR", "TAG_DATA_LOSS", "CheckResult", "Finding", "check_topic"]
