@@ -60,13 +60,11 @@ def register(commands: Any) -> None:
     )
     stats = add_command(topics, "stats", help="sizes, publishers, subscriptions and backlogs", handler=_stats)
     stats.add_argument("topic", metavar="TOPIC")
-<<<<<<< HEAD
     stats.add_argument(
         "--chart",
         action="store_true",
         help="also draw the backlog per subscription as a text bar chart (text output only)",
     )
-=======
     check = add_command(
         topics,
         "check",
@@ -86,7 +84,6 @@ def register(commands: Any) -> None:
     check.add_argument("--namespace", metavar="TENANT/NAMESPACE", help="every persistent topic of it")
     check.add_argument("--repair", action="store_true", help="repair what can be repaired (see above)")
     check.add_argument("--execute", action="store_true", help="with --repair: apply it (default: a dry run)")
->>>>>>> main
     messages.register(topics)
     policies.register(topics, "topic")
 
