@@ -54,6 +54,10 @@ class PayloadTypeError(PulsarException, TypeError):
     """A payload is not ``bytes`` for the bytes schema."""
 
 
+class SchemaDefinitionError(PulsarException, ValueError):
+    """A schema, record declaration or schema-registry input is malformed (names the bad part)."""
+
+
 class MessageTooBig(InvalidMessage):
     """A message exceeds ``maxMessageSize`` and chunking is off."""
 
@@ -95,6 +99,18 @@ class AlreadyExists(PulsarException):
 
 
 # --- producer and consumer state -------------------------------------------------------------------
+
+
+class IncompatibleSchema(PulsarException):
+    """A producer's or consumer's schema does not fit the topic's under its compatibility strategy.
+
+    Carries ``topic``, ``strategy``, ``version`` (the registered version it was checked against, or
+    None) and ``offered`` (a short description of the schema offered).  Nothing was written.
+    """
+
+
+class SchemaNotFound(NotFound):
+    """A topic has no schema (or not the version asked for)."""
 
 
 class AlreadyClosed(PulsarException):
@@ -194,6 +210,7 @@ class Result(enum.IntEnum):
     TopicNotFound = 29
     SubscriptionNotFound = 30
     TopicTerminated = 33
+    IncompatibleSchema = 35
     CumulativeAcknowledgementNotAllowedError = 37
     NotAllowedError = 40
     ProducerFenced = 43
@@ -218,6 +235,7 @@ __all__ = [
     "CumulativeAcknowledgementNotAllowedError",
     "DataLoss",
     "DirectoryGone",
+    "IncompatibleSchema",
     "InvalidConfiguration",
     "InvalidMessage",
     "InvalidTopicName",
@@ -236,6 +254,8 @@ __all__ = [
     "ProducerQueueIsFull",
     "PulsarException",
     "Result",
+    "SchemaDefinitionError",
+    "SchemaNotFound",
     "SubscriptionNotFound",
     "TenantNotFound",
     "Timeout",

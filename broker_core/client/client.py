@@ -39,6 +39,7 @@ from broker_core.cursor import ConsumerType
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported
 from broker_core.hashing import HashingScheme
 from broker_core.message import BytesSchema, Schema
+from broker_core.schema.info import SchemaInfo
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.producer_registry import ProducerAccessMode
@@ -137,6 +138,10 @@ class Client:
             )
         return name, self._broker.partitions(name)
 
+    def _schema_lookup(self, topic: str, version: bytes) -> SchemaInfo | None:
+        """The schema a message of ``topic`` was written with (``Schema.attach_client`` hands this out)."""
+        return self._broker.schemas.lookup(topic, version)
+
     # -- API ----------------------------------------------------------------------------------------
 
     def get_topic_partitions(self, topic: str) -> list[str]:
@@ -225,6 +230,8 @@ class Client:
                 properties=props,
             )
         name, partitions = self._resolve(topic)
+        schema_version = self._broker.schemas.attach_producer(name, schema)  # IncompatibleSchema: nothing written
+        schema.attach_client(self)
         router: MessageRouter | None = None
         if len(partitions) > 1 or partitions[0] != name:
             router = router_for(
@@ -258,6 +265,8 @@ class Client:
             access_mode=access_mode,
             properties=props,
         )
+        producer._schema_version = schema_version
+        producer._key_from_value = schema.separated_key
         with self._lock:
             self._handles.add(producer)
         return producer
@@ -306,6 +315,8 @@ class Client:
                 reader_listener=reader_listener,
             )
         name, partitions = self._resolve(topic)
+        self._broker.schemas.attach_consumer(name, schema)
+        schema.attach_client(self)
         reader = Reader(
             self,
             name,
