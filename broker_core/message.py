@@ -51,9 +51,10 @@ class Message:
         A typed schema decodes with the schema version the message was written with, resolved to
         its own (``Schema.decode_message``).
         """
-        if self._data is None:
-            return None
-        return self._schema.decode_message(self) if self._schema else self._data
+        schema = self._schema
+        if self._data is None:  # a KeyValue SEPARATED tombstone still has its key
+            return schema.decode_message(self) if schema is not None and schema.separated_key else None
+        return schema.decode_message(self) if schema else self._data
 
     def has_null_value(self) -> bool:
         return self._data is None

@@ -102,9 +102,10 @@ class ProducerQueueing(ProducerConnection):
             raise AlreadyClosed(f"producer {self._name!r} on {self._topic} is closed")
         if self._failure is not None:
             raise self._failure
-        data = None if content is None else self._schema.encode(content)
-        if self._key_from_value and content is not None:
-            partition_key = self._schema.encode_key(content)
+        if self._key_from_value and content is not None:  # KeyValue SEPARATED: the key is the message key
+            partition_key, data = self._schema.encode_separated(content)
+        else:
+            data = None if content is None else self._schema.encode(content)
         props = None
         if not (
             properties is None

@@ -29,7 +29,7 @@ class Schema(ABC):
     """
 
     _lookup: WriterLookup | None = None
-    separated_key: bool = False  # the key travels as the message key (``encode_key``): KeyValue SEPARATED
+    separated_key: bool = False  # the key travels as the message key (``encode_separated``): KeyValue SEPARATED
 
     @abstractmethod
     def encode(self, value: Any) -> bytes:
@@ -53,9 +53,9 @@ class Schema(ABC):
         if lookup is not None:
             self._lookup = lookup
 
-    def encode_key(self, value: Any) -> str | None:
-        """The message key a value carries (KeyValue SEPARATED); None for every other schema."""
-        return None
+    def encode_separated(self, value: Any) -> tuple[str | None, bytes | None]:
+        """(message key, payload) of a value whose key travels as the message key (``separated_key``)."""
+        return None, self.encode(value)
 
     def __str__(self) -> str:
         return type(self).__name__

@@ -98,11 +98,13 @@ class KeyValueSchema(Schema):
             out += part or b""
         return bytes(out)
 
-    def encode_key(self, value: Any) -> str | None:
-        if self.encoding is not KeyValueEncodingType.SEPARATED:
-            return None
-        encoded = _encode_part(self.key_schema, self._check(value).key)
-        return None if encoded is None else base64.b64encode(encoded).decode("ascii")
+    def encode_separated(self, value: Any) -> tuple[str | None, bytes | None]:
+        """SEPARATED: the key's encoding, base64, as the message key; a None value is a null-value message
+        (a tombstone, which is what compaction and change-data-capture deletes expect)."""
+        kv = self._check(value)
+        encoded = _encode_part(self.key_schema, kv.key)
+        key = None if encoded is None else base64.b64encode(encoded).decode("ascii")
+        return key, _encode_part(self.value_schema, kv.value)
 
     def decode(self, data: bytes) -> Any:
         if self.encoding is KeyValueEncodingType.SEPARATED:
@@ -120,7 +122,7 @@ class KeyValueSchema(Schema):
         if self.encoding is KeyValueEncodingType.SEPARATED:
             key_text = msg.partition_key()
             key_bytes = base64.b64decode(key_text) if key_text else None
-            value_bytes: bytes | None = msg.data()
+            value_bytes: bytes | None = None if msg.has_null_value() else msg.data()
         else:
             key_bytes, value_bytes = split_inline(msg.data())
         return KeyValue(_decode_part(self.key_schema, key_bytes, key_writer),
