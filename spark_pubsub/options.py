@@ -78,6 +78,7 @@ class SourceOptions(_Options):
     allow_out_of_order_delivery: bool = Field(False, alias="allowoutoforderdelivery", title="allowOutOfOrderDelivery")
     lease_renew_ms: int | None = Field(None, alias="leaserenewms", title="leaseRenewMs", gt=0)
     retry_enable: bool = Field(False, alias="retryenable", title="retryEnable")
+    value_format: Literal["auto", "typed", "binary"] = Field("auto", alias="valueformat", title="valueFormat")
 
     @field_validator("subscription_type", mode="before")
     @classmethod

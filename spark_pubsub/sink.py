@@ -40,6 +40,7 @@ from broker_core.segment import CompressionType
 from broker_core.topic_log import StagedSegment, TopicLog
 from spark_pubsub.options import SinkOptions
 from spark_pubsub.sink_columns import SinkColumns
+from spark_pubsub.typed_values import binary_value_schema, is_typed_value, plan_write
 
 MAX_BUFFERED_ROWS = 500_000
 """A task stages an internal topic's buffered rows as a segment once this many have accumulated..."""
@@ -136,7 +137,7 @@ class _PubSubWriter:
                 "format('pubsub') cannot overwrite: a topic is an append-only log; use mode('append') "
                 "(to start over, delete the topic with the admin API)", option="mode",
             )
-        columns = SinkColumns.validate(schema)
+        columns = SinkColumns.validate(binary_value_schema(schema) if is_typed_value(schema) else schema)
         if options.topic is None and not columns.has_topic:
             raise InvalidConfiguration(
                 "option topic: say where to write with .option('topic', 'my-topic'), or add a string "
@@ -148,6 +149,7 @@ class _PubSubWriter:
         self._partitions = (_resolve_topic(broker, options.topic, where="option topic")
                             if options.topic else ())
         self._columns = columns
+        self._typed = plan_write(options.root, options.topic, schema)  # a struct value: docs/SPARK.md
         self._compression = _COMPRESSION[options.compression_type]
         self._scheme = HashingScheme[options.hashing_scheme]
         self._single_partition = options.routing_mode == "SinglePartition"
@@ -249,10 +251,14 @@ class _PubSubWriter:
 
     def _route(self, table: pa.Table, internals: tuple[str, ...],
                now_ms: int) -> Iterator[tuple[str, pa.Table]]:
+        if self._typed is not None:
+            table = self._typed.encode(table)
         bulk = self._columns.to_bulk(table, now_ms=now_ms, default_producer=self._producer)
         rows, explicit = to_segment_rows(bulk, publish_time_ms=now_ms,
                                          max_message_size=self._max_message_size,
                                          default_producer=self._producer)
+        if self._typed is not None:
+            rows = self._typed.stamp(rows)
         router = None
         if self._single_partition:
             seed, scheme = self._seed, self._scheme

@@ -27,7 +27,10 @@ class PubSubDataSource(DataSource):
         return "pubsub"
 
     def schema(self) -> StructType:
-        return SOURCE_SCHEMA
+        from spark_pubsub.typed_values import read_plan
+
+        typed = read_plan(parse_options(SourceOptions, self.options))  # a typed topic: docs/SPARK.md
+        return SOURCE_SCHEMA if typed is None else typed.spark_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from spark_pubsub.batch_reader import PubSubBatchReader

@@ -204,6 +204,29 @@ def _jsonable(value: Any, arrow: pa.DataType) -> Any:
 
 
 def _decode_json(values: pa.Array, reader: SchemaInfo, target: pa.DataType) -> pa.Array:
+    return _with_defaults(_parse_json(values, reader, target), reader.parsed())
+
+
+def _with_defaults(decoded: pa.Array, definition: Any) -> pa.Array:
+    """Fill the reader's defaults into top-level fields a JSON writer left out.
+
+    Only fields whose type is not nullable: there a null can only mean "absent" (JSON resolution
+    fills the default, as Avro resolution does for a field the writer's schema lacks).
+    """
+    if not (pa.types.is_struct(decoded.type) and isinstance(definition, dict)):
+        return decoded
+    children = []
+    for index, field in enumerate(decoded.type):
+        child = decoded.field(index)
+        spec = next((f for f in definition.get("fields", []) if f["name"] == field.name), None)
+        nullable = spec is None or isinstance(spec["type"], list) and "null" in spec["type"]
+        if spec is not None and not nullable and spec.get("default") is not None and child.null_count:
+            child = pc.fill_null(child, pa.scalar(spec["default"], field.type))
+        children.append(child)
+    return pa.StructArray.from_arrays(children, fields=list(decoded.type), mask=decoded.is_null())
+
+
+def _parse_json(values: pa.Array, reader: SchemaInfo, target: pa.DataType) -> pa.Array:
     if not (pa.types.is_struct(target) and _json_native(reader.parsed(), {})):
         try:
             rows = [_jsonable(json.loads(v), target) for v in values.to_pylist()]
