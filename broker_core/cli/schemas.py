@@ -16,9 +16,9 @@ from typing import Any
 
 from broker_core.cli.common import Context, Output, UsageError, add_command, add_group, persistent_topic
 from broker_core.errors import IncompatibleSchema, SchemaDefinitionError, SchemaNotFound
+from broker_core.schema.compatibility import incompatibility
 from broker_core.schema.info import UNTYPED, SchemaInfo
 from broker_core.schema.negotiation import producer_version
-from broker_core.schema.compatibility import incompatibility
 
 
 def register(commands: Any) -> None:

@@ -39,11 +39,11 @@ from broker_core.cursor import ConsumerType
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported
 from broker_core.hashing import HashingScheme
 from broker_core.message import BytesSchema, Schema
-from broker_core.schema.info import SchemaInfo
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.producer_registry import ProducerAccessMode
 from broker_core.routing import MessageRouter, PartitionsRoutingMode, router_for
+from broker_core.schema.info import SchemaInfo
 from broker_core.segment import CompressionType
 
 _NAME_COUNTER = itertools.count()

@@ -120,7 +120,8 @@ class AvroSchema(Schema):
         try:
             datum = fastavro.schemaless_reader(io.BytesIO(data), parsed, self._parsed)
         except SchemaResolutionError as exc:
-            raise PayloadTypeError(f"the writer's schema cannot be resolved to {self._definition_name()}: {exc}")
+            raise PayloadTypeError(
+                f"the writer's schema cannot be resolved to {self._definition_name()}: {exc}") from None
         return self._result(datum)
 
     def decode_message(self, msg: Message) -> Any:

@@ -53,6 +53,12 @@ def _names(schema: Any, out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _wraps_a_type(schema: dict[str, Any]) -> bool:
+    """``{"type": <a type>}`` rather than a named or complex type of its own."""
+    kind = schema.get("type")
+    return not isinstance(kind, str | type(None)) or (kind in _FITS and kind not in ("enum", "fixed"))
+
+
 def _deref(schema: Any, names: dict[str, Any]) -> tuple[Any, bool]:
     """(the non-null type, whether null is allowed)."""
     nullable = False
@@ -65,9 +71,7 @@ def _deref(schema: Any, names: dict[str, Any]) -> tuple[Any, bool]:
             schema = branches[0]
         elif isinstance(schema, str) and schema in names:
             schema = names[schema]
-        elif isinstance(schema, dict) and not isinstance(schema.get("type"), str | type(None)):
-            schema = schema["type"]
-        elif isinstance(schema, dict) and schema.get("type") in _FITS and schema["type"] not in ("enum", "fixed"):
+        elif isinstance(schema, dict) and _wraps_a_type(schema):
             schema = schema["type"]
         else:
             return schema, nullable
@@ -165,7 +169,8 @@ def encode_column(values: pa.Array | pa.ChunkedArray, info: SchemaInfo) -> pa.Ar
     valid = None if values.null_count == 0 else np.asarray(values.is_valid().to_numpy(zero_copy_only=False))
     if info.type in FIXED_WIDTH:
         cls = FIXED_WIDTH[info.type]
-        numbers = values.fill_null(0).to_numpy(zero_copy_only=False).astype(cls.numpy_dtype)
+        zero = pa.scalar(False if pa.types.is_boolean(values.type) else 0, values.type)  # under null rows
+        numbers = values.fill_null(zero).to_numpy(zero_copy_only=False).astype(cls.numpy_dtype)
         width = numbers.dtype.itemsize
         return _binary_from(numbers.tobytes(), list(range(0, (len(values) + 1) * width, width)), valid)
     if info.type == SchemaType.STRING:

@@ -84,7 +84,7 @@ def avro_arrow_type(schema: Any, names: dict[str, Any] | None = None, path: str 
     raise SchemaDefinitionError(f"{path}: Avro type {kind!r} has no column type")
 
 
-class _Pending(dict):  # type: ignore[type-arg]
+class _Pending(dict[str, str]):
     """A record being converted: a reference back to it is recursion, which columns cannot hold."""
 
     def __init__(self, path: str) -> None:
@@ -219,7 +219,7 @@ def _with_defaults(decoded: pa.Array, definition: Any) -> pa.Array:
     for index, field in enumerate(decoded.type):
         child = decoded.field(index)
         spec = next((f for f in definition.get("fields", []) if f["name"] == field.name), None)
-        nullable = spec is None or isinstance(spec["type"], list) and "null" in spec["type"]
+        nullable = spec is None or (isinstance(spec["type"], list) and "null" in spec["type"])
         if spec is not None and not nullable and spec.get("default") is not None and child.null_count:
             child = pc.fill_null(child, pa.scalar(spec["default"], field.type))
         children.append(child)
@@ -294,9 +294,13 @@ def _decode_key_value(values: pa.Array, writer: SchemaInfo, reader: SchemaInfo, 
     for raw, w, r, field in ((key_bytes, w_key, r_key, target.field("key")),
                              (value_bytes, w_value, r_value, target.field("value"))):
         array = pa.array(raw, pa.binary())
-        parts.append(decode_column(array, None, reader=r, writer_of=lambda _v, w=w: w, default_writer=w)
+        parts.append(decode_column(array, None, reader=r, writer_of=_constant(w), default_writer=w)
                      .cast(field.type))
     return pa.StructArray.from_arrays(parts, fields=list(target))
+
+
+def _constant(info: SchemaInfo) -> WriterOf:
+    return lambda _version: info
 
 
 def decode_column(

@@ -85,7 +85,7 @@ class SchemaInfo:
         """Parse the registry's (and the CLI's) JSON form; errors name the bad key."""
         if not isinstance(doc, dict):
             raise SchemaDefinitionError(f"a schema document must be a JSON object, got {type(doc).__name__}")
-        type_name = doc.get("type")
+        type_name = str(doc.get("type"))
         if type_name not in SchemaType.__members__:
             raise SchemaDefinitionError(
                 f"schema type {type_name!r} is not one of {', '.join(SchemaType.__members__)}", key="type"
@@ -97,9 +97,9 @@ class SchemaInfo:
         if not isinstance(props, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
             raise SchemaDefinitionError("schema 'properties' must map strings to strings", key="properties")
         info = cls(SchemaType[type_name], str(doc.get("name") or type_name), definition, dict(props))
-        if info.type in RECORD_TYPES or info.type == SchemaType.KEY_VALUE:
-            if not isinstance(info.parsed(), dict | list | str):
-                raise SchemaDefinitionError(f"{type_name} schema needs a JSON definition in 'schema'", key="schema")
+        needs_definition = info.type in RECORD_TYPES or info.type == SchemaType.KEY_VALUE
+        if needs_definition and not isinstance(info.parsed(), dict | list | str):
+            raise SchemaDefinitionError(f"{type_name} schema needs a JSON definition in 'schema'", key="schema")
         return info
 
     def describe(self) -> str:

@@ -61,7 +61,7 @@ class _FixedWidthSchema(Schema):
     numpy_dtype: ClassVar[str]
 
     def encode(self, value: Any) -> bytes:
-        if isinstance(value, bool) and bool not in self.python_types or not isinstance(value, self.python_types):
+        if (isinstance(value, bool) and bool not in self.python_types) or not isinstance(value, self.python_types):
             raise PayloadTypeError(
                 f"{type(self).__name__} needs {' or '.join(t.__name__ for t in self.python_types)}, "
                 f"got {type(value).__name__} {value!r}"

@@ -12,6 +12,7 @@ A nested record is declared with the nested class (or an instance of it, whose `
 
 from __future__ import annotations
 
+import builtins
 import enum
 from typing import Any, ClassVar
 
@@ -31,7 +32,7 @@ class RecordField:
     def type(self) -> str:
         return self.record_cls.__name__
 
-    def python_type(self) -> type[Record]:
+    def python_type(self) -> builtins.type[Record]:
         return self.record_cls
 
     def validate_type(self, name: str, val: Any) -> Any:
@@ -156,7 +157,7 @@ class Record(metaclass=RecordMeta):
     def type(self) -> str:
         return type(self).__name__
 
-    def python_type(self) -> type[Record]:
+    def python_type(self) -> builtins.type[Record]:
         return type(self)
 
     # -- schema -------------------------------------------------------------------------------------

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import fastavro
 import pytest
+from schema_records import define, samples
 
 from broker_core import schema as m
-from schema_records import define, samples
 
 EXPECTED = json.loads((Path(__file__).parents[1] / "golden" / "schema" / "pulsar_client_expected.json").read_text())
 NS = define(m)

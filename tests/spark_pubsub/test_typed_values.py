@@ -23,7 +23,6 @@ from pyspark.sql.types import (
 from broker_core import Client, InitialPosition
 from broker_core import schema as m
 from broker_core.broker import Broker
-from broker_core.errors import IncompatibleSchema
 
 
 class V1(m.Record):
@@ -156,12 +155,10 @@ def test_sink_refuses_columns_that_do_not_fit_and_writes_nothing(spark: SparkSes
         with pytest.raises(Exception, match=re.escape(column)) as err:
             frame.select(F.struct(*frame.columns).alias("value")).write.format("pubsub").option(
                 "serviceUrl", root).option("topic", "strict").mode("append").save()
-        assert "IncompatibleSchema" in type(err.value).__name__ or "isAllowAutoUpdateSchema" in str(err.value)
+        assert "isAllowAutoUpdateSchema" in str(err.value)  # registering the column's schema was refused
     assert len(registry.all_versions()) == 1
     assert _read(spark, root, topic="strict").count() == 1  # nothing written
-    with pytest.raises(IncompatibleSchema):
-        raise IncompatibleSchema("typed")  # the sink's error class is the client's
-    with pytest.raises(Exception, match="needs .option\\('topic'"):
+    with pytest.raises(Exception, match=re.escape("needs .option('topic'")):
         spark.createDataFrame([("strict", 1)], "topic string, id long").select(
             "topic", F.struct("id").alias("value")).write.format("pubsub").option(
             "serviceUrl", root).mode("append").save()
