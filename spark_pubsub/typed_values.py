@@ -15,6 +15,8 @@ refused with an error naming the column that does not fit.
 
 from __future__ import annotations
 
+import functools
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -41,28 +43,37 @@ def source_schema_with(value_type: Any) -> StructType:
                        for f in SOURCE_SCHEMA.fields])
 
 
+@functools.lru_cache(maxsize=64)
+def _reader_types(reader_text: str) -> tuple[SchemaInfo, StructType, pa.Schema]:
+    """The reader schema, the source's Spark schema and its Arrow form (computed once per executor)."""
+    reader = SchemaInfo.from_json(json.loads(reader_text))
+    spark_schema = source_schema_with(from_arrow_type(arrow_type(reader)))
+    return reader, spark_schema, to_arrow_schema(spark_schema, timezone="UTC")
+
+
 @dataclass(frozen=True)
 class TypedRead:
     """What executors need to type the value column (picklable plain values)."""
 
     root: str
-    reader_doc: dict[str, Any]
+    reader_text: str  # the reader SchemaInfo's JSON document
 
     @property
     def reader(self) -> SchemaInfo:
-        return SchemaInfo.from_json(self.reader_doc)
+        return _reader_types(self.reader_text)[0]
 
     def spark_schema(self) -> StructType:
-        return source_schema_with(from_arrow_type(arrow_type(self.reader)))
+        return _reader_types(self.reader_text)[1]
 
     def apply(self, batch: pa.RecordBatch, rows: pa.Table, topic: str) -> pa.RecordBatch:
         """Replace the binary value column of a source batch by its typed decoding."""
+        reader, _, target = _reader_types(self.reader_text)
         registry = Broker.for_url(self.root).schemas.registry(topic)
-        typed = decode_column(batch.column("value"), rows.column("schema_version"), reader=self.reader,
+        typed = decode_column(batch.column("value"), rows.column("schema_version"), reader=reader,
                               writer_of=registry.get, keys=rows.column("key"))
-        target = to_arrow_schema(self.spark_schema(), timezone="UTC")
-        columns = [typed.cast(target.field("value").type) if name == "value" else batch.column(name)
-                   for name in batch.schema.names]
+        value_type = target.field("value").type
+        columns = [(typed if typed.type == value_type else typed.cast(value_type)) if name == "value"
+                   else batch.column(name) for name in batch.schema.names]
         return pa.RecordBatch.from_arrays(columns, schema=target)
 
 
@@ -104,7 +115,7 @@ def resolve_read(value_format: str, root: str, topics: list[TopicName]) -> Typed
     for owner, candidate in candidates:
         problem = _first_unreadable(candidate, typed)
         if problem is None:
-            return TypedRead(root, candidate.to_json())
+            return TypedRead(root, json.dumps(candidate.to_json(), sort_keys=True))
         problems.append(f"the schema of topic {owner} cannot read {problem}")
     raise InvalidConfiguration(f"option valueFormat={value_format}: no one schema reads every topic: {problems[0]}; "
                                "read the topics separately or with .option('valueFormat', 'binary')",

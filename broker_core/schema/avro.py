@@ -104,7 +104,7 @@ class AvroSchema(Schema):
         return str(self._definition.get("name")) if isinstance(self._definition, dict) else "?"
 
     def _result(self, datum: Any) -> Any:
-        return self._record_cls._from_datum(datum) if self._record_cls is not None else datum
+        return self._record_cls._from_datum(datum, trusted=True) if self._record_cls is not None else datum
 
     def decode(self, data: bytes) -> Any:
         return self._result(fastavro.schemaless_reader(io.BytesIO(data), self._parsed, None))
@@ -129,11 +129,19 @@ class AvroSchema(Schema):
 
 
 def writer_of(schema: Schema, msg: Message) -> SchemaInfo | None:
-    """The schema a message was written with (None when it carries no version or no registry is attached)."""
+    """The schema a message was written with (None when it carries no version or no registry is attached).
+
+    Versions are immutable, so each (topic, version) is looked up once per schema object.
+    """
     version = msg.schema_version()
     if not version or schema._lookup is None:
         return None
-    info = schema._lookup(msg.topic_name(), version)
+    key = (msg.topic_name(), version)
+    cache = schema.__dict__.setdefault("_writers", {})
+    info = cache.get(key)
+    if info is not None:
+        return info
+    info = cache[key] = schema._lookup(*key)
     if info is None:
         raise SchemaNotFound(
             f"schema version {int.from_bytes(version, 'big')} of {msg.topic_name()} is not in its registry "

@@ -64,7 +64,7 @@ class RecordField:
         return None if value is None else value._to_datum(json=True)
 
     def from_datum(self, value: Any) -> Any:
-        return None if value is None else self.record_cls._from_datum(value)
+        return None if value is None else self.record_cls._from_datum(value, trusted=True)
 
 
 AnyField = Field | RecordField
@@ -195,18 +195,66 @@ class Record(metaclass=RecordMeta):
     # -- data ---------------------------------------------------------------------------------------
 
     def _to_datum(self, *, json: bool) -> dict[str, Any]:
-        """The record as a plain dict for fastavro (enum names) or JSON (enum values, bytes as text)."""
+        """The record as a plain dict for fastavro (enum names) or JSON (enum values, bytes as text).
+
+        Runs once per message sent, so only the fields that need converting are visited.
+        """
         values = self.__dict__
-        out = {}
-        for name, spec in self._fields.items():
-            value = values[name]
-            out[name] = value if value is None else (spec.to_json(value) if json else spec.to_avro(value))
+        plan = _plan(type(self), "to_json" if json else "to_avro")
+        if not plan and not json:
+            return values  # fastavro reads the fields by name and ignores any other key: no copy needed
+        out = {name: values[name] for name in self._fields}
+        for name, convert in plan:
+            value = out[name]
+            if value is not None:
+                out[name] = convert(value)
         return out
 
     @classmethod
-    def _from_datum(cls, datum: dict[str, Any]) -> Record:
-        """A record from a decoded dict whose values already fit the reader schema (fields validated)."""
-        return cls(**{k: v for k, v in datum.items() if k in cls._fields})
+    def _from_datum(cls, datum: dict[str, Any], *, trusted: bool = False) -> Record:
+        """A record from a decoded dict; fields it lacks take their defaults, unknown keys are ignored.
+
+        ``trusted``: the values were decoded by fastavro with this class's own schema, so they have
+        the right types already and only enums and nested records need building (no per-field
+        validation: this runs once per message received).
+        """
+        if not trusted:
+            return cls(**{k: v for k, v in datum.items() if k in cls._fields})
+        record = cls.__new__(cls)
+        values = record.__dict__
+        for name, spec in cls._fields.items():
+            values[name] = datum[name] if name in datum else spec.default()
+        for name, convert in _plan(cls, "from_avro"):
+            value = values[name]
+            if value is not None:
+                values[name] = convert(value)
+        return record
+
+
+_PLANS: dict[tuple[type, str], list[tuple[str, Any]]] = {}
+_IDENTITY = {
+    "to_avro": ("Null", "Boolean", "Integer", "Long", "Float", "Double", "Bytes", "String"),
+    "to_json": ("Null", "Boolean", "Integer", "Long", "Float", "Double", "String"),
+    "from_avro": ("Null", "Boolean", "Integer", "Long", "Float", "Double", "Bytes", "String"),
+}
+
+
+def _plan(cls: builtins.type[Record], kind: str) -> list[tuple[str, Any]]:
+    """(field, converter) for the fields of ``cls`` whose values need converting for ``kind`` (cached)."""
+    plan = _PLANS.get((cls, kind))
+    if plan is None:
+        plan = []
+        for name, spec in cls._fields.items():
+            if type(spec).__name__ in _IDENTITY[kind] and type(spec).__module__ == Field.__module__:
+                continue
+            if kind == "from_avro" and isinstance(spec, RecordField):
+                plan.append((name, spec.from_datum))
+            elif kind == "from_avro":
+                plan.append((name, lambda value, name=name, spec=spec: spec.validate_type(name, value)))
+            else:
+                plan.append((name, getattr(spec, kind)))
+        _PLANS[(cls, kind)] = plan
+    return plan
 
 
 __all__ = ["Record", "RecordField", "RecordMeta"]
