@@ -237,3 +237,12 @@ def test_cli_schemas_get_upload_compatibility_delete(cli: Any, client: Client, t
     assert "XML" in err
     code, _, err = cli("schemas", "get", "cli-topic", "--version", "7")
     assert code == 1 and "no schema version 7" in err
+
+
+def test_deleting_a_topic_ends_its_schema_history(client: Client) -> None:
+    client.create_producer("gone", schema=m.AvroSchema(V1)).close()
+    client._broker.admin.delete_topic("gone", force=True)
+    registry = client._broker.schemas.registry("gone")
+    assert registry.latest() is None and registry.get(0) is not None  # old versions stay readable
+    client.create_producer("gone", schema=m.AvroSchema(Clash)).send(Clash(id="x"))
+    assert registry.latest()[0] == 2
