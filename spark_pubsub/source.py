@@ -15,6 +15,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from broker_core.errors import InvalidConfiguration
 from spark_pubsub.options import SinkOptions, SourceOptions, parse_options
 from spark_pubsub.schema import SOURCE_SCHEMA
 
@@ -29,7 +30,11 @@ class PubSubDataSource(DataSource):
     def schema(self) -> StructType:
         from spark_pubsub.typed_values import read_plan
 
-        typed = read_plan(parse_options(SourceOptions, self.options))  # a typed topic: docs/SPARK.md
+        try:
+            options = parse_options(SourceOptions, self.options)
+        except InvalidConfiguration:
+            return SOURCE_SCHEMA  # the reader reports a bad option when the query starts, naming it
+        typed = read_plan(options)  # a typed topic: docs/SPARK.md
         return SOURCE_SCHEMA if typed is None else typed.spark_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
