@@ -6,9 +6,11 @@ column of the reader's Arrow type, each row decoded with the schema version it w
 (its ``schema_version`` cell) and resolved to the reader's schema; ``encode_column`` does the
 reverse for a sink.
 
-- AVRO: the payloads of one writer version are concatenated into one in-memory Avro object
-  container and decoded by ``fastavro.reader`` in one call per version (no Python per row on our
-  side); ``pa.array`` builds the struct column.
+- AVRO: records of primitives, enums, nested records and optional fields are decoded by NumPy,
+  one field at a time across all rows (``avro_vector.py``), then resolved to the reader's schema
+  column by column.  Other records (arrays, maps, wide unions) go to fastavro: the payloads of one
+  writer version are concatenated into one in-memory Avro object container read by
+  ``fastavro.reader`` in one call, and ``pa.array`` builds the struct column.
 - JSON: pyarrow's JSON reader parses the payloads as newline-delimited JSON against the reader's
   Arrow schema (raw newlines can only be whitespace in JSON, so they are blanked first); records
   with enums, maps or bytes (which JSON spells its own way) are parsed row by row instead.  A JSON
@@ -32,6 +34,7 @@ import pyarrow.json as pajson
 
 from broker_core.errors import PayloadTypeError, SchemaDefinitionError
 from broker_core.schema.avro import parsed_avro
+from broker_core.schema.avro_vector import Unsupported, decode_records
 from broker_core.schema.info import RECORD_TYPES, SchemaInfo, SchemaType
 from broker_core.schema.key_value import ENCODING_PROPERTY, split_inline
 from broker_core.schema.primitive import FIXED_WIDTH
@@ -158,6 +161,11 @@ def _concat(values: pa.Array) -> bytes:
 
 
 def _decode_avro(values: pa.Array, writer: SchemaInfo, reader: SchemaInfo, target: pa.DataType) -> pa.Array:
+    values = values.cast(pa.binary()) if values.type != pa.binary() else values
+    try:
+        return decode_records(values, writer.parsed(), reader.parsed(), target)
+    except Unsupported:
+        pass  # arrays, maps, wide unions, or bad data: fastavro decodes (or reports) it
     reader_schema = None if writer.same_as(reader) else parsed_avro(reader.definition)
     container = _container(_renamed_writer(writer, reader), _concat(values), len(values))
     try:
