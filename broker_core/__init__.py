@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from broker_core import schema  # ``broker_core.schema`` as ``pulsar.schema``
 from broker_core.admin import Admin
 from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client import BatchingType, Client, Producer, Reader
@@ -28,6 +29,7 @@ from broker_core.errors import (
     ConsumerBusy,
     CumulativeAcknowledgementNotAllowedError,
     DataLoss,
+    IncompatibleSchema,
     InvalidConfiguration,
     InvalidMessage,
     InvalidTopicName,
@@ -46,6 +48,8 @@ from broker_core.errors import (
     ProducerQueueIsFull,
     PulsarException,
     Result,
+    SchemaDefinitionError,
+    SchemaNotFound,
     SubscriptionNotFound,
     TenantNotFound,
     Timeout,
@@ -82,6 +86,7 @@ __all__ = [
     "CumulativeAcknowledgementNotAllowedError",
     "DataLoss",
     "HashingScheme",
+    "IncompatibleSchema",
     "InitialPosition",
     "InvalidConfiguration",
     "InvalidMessage",
@@ -111,6 +116,8 @@ __all__ = [
     "RegexSubscriptionMode",
     "Result",
     "Schema",
+    "SchemaDefinitionError",
+    "SchemaNotFound",
     "StringSchema",
     "SubscriptionMode",
     "SubscriptionNotFound",
@@ -122,4 +129,5 @@ __all__ = [
     "TopicNotFound",
     "load_broker_config",
     "result_for",
+    "schema",
 ]
