@@ -358,9 +358,12 @@ def decode_column(
         writer = default_writer or reader if raw is None else writer_of(version_of(raw))
         if writer is None:
             raise PayloadTypeError(f"schema version {version_of(raw or b'')} is not in the topic's registry")
-        take = pa.array(rows)
-        pieces.append(_decode_same_version(values.take(take), writer, reader, target,
-                                           None if keys is None else keys.take(take)))
+        if len(rows) == n:  # the common case: one version, no tombstones; no copy of the payloads
+            part_values, part_keys = values, keys
+        else:
+            take = pa.array(rows)
+            part_values, part_keys = values.take(take), None if keys is None else keys.take(take)
+        pieces.append(_decode_same_version(part_values, writer, reader, target, part_keys))
         positions.append(rows)
     if not pieces:
         return pa.nulls(n, target)
