@@ -149,7 +149,6 @@ class _PubSubWriter:
         self._partitions = (_resolve_topic(broker, options.topic, where="option topic")
                             if options.topic else ())
         self._columns = columns
-        self._typed = plan_write(options.root, options.topic, schema)  # a struct value: docs/SPARK.md
         self._compression = _COMPRESSION[options.compression_type]
         self._scheme = HashingScheme[options.hashing_scheme]
         self._single_partition = options.routing_mode == "SinglePartition"
@@ -162,6 +161,8 @@ class _PubSubWriter:
         else:
             self._seed = random.randrange(1 << 30)
             self._producer = options.producer_name or f"spark-batch-{self._seed:08x}"
+        # last: registering a schema is the one write the driver makes, after every check passed
+        self._typed = plan_write(options.root, options.topic, schema)  # a struct value: docs/SPARK.md
 
     @staticmethod
     def _sink_id_for(options: SinkOptions) -> str:

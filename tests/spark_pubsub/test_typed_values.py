@@ -169,3 +169,14 @@ def test_binary_sink_still_writes_untyped_rows(spark: SparkSession, root: str) -
         "pubsub").option("serviceUrl", root).option("topic", "bin").mode("append").save()
     assert Broker.for_url(root).schemas.registry("bin").latest() is None
     assert _read(spark, root, topic="bin").collect()[0].value == b"x"
+
+
+def test_a_refused_typed_writer_registers_nothing(root: str) -> None:
+    from spark_pubsub.options import SinkOptions, parse_options
+    from spark_pubsub.sink import PubSubStreamWriter
+
+    schema = StructType([StructField("value", StructType([StructField("id", LongType())]))])
+    options = parse_options(SinkOptions, {"serviceurl": root, "topic": "later"})
+    with pytest.raises(Exception, match="checkpointLocation"):
+        PubSubStreamWriter(options, schema, overwrite=False)  # a streaming write without a checkpoint
+    assert Broker.for_url(root).schemas.registry("later").all_versions() == []
