@@ -6,6 +6,8 @@ import enum
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker_core import schema as m
 from broker_core.errors import PayloadTypeError, SchemaDefinitionError
@@ -192,3 +194,28 @@ def test_the_vectorised_avro_decoder_equals_fastavro_with_and_without_resolution
         avro_vector.decode_records(pa.array([values[0].as_py() + b"\x00"]), w.parsed(), w.parsed(), arrow_type(w))
     with pytest.raises(PayloadTypeError):
         decode_column(pa.array([values[0].as_py()[:3]]), None, reader=w, writer_of=lambda v: None)
+
+
+_ROW = st.fixed_dictionaries({
+    "a": st.integers(-(2**63), 2**63 - 1),
+    "s": st.one_of(st.none(), st.text(max_size=5)),
+    "t": st.text(max_size=3),
+    "b": st.one_of(st.none(), st.binary(max_size=4)),
+    "i": st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1)),
+    "d": st.floats(allow_nan=False),
+})
+_ROW_SCHEMA = {"type": "record", "name": "P", "fields": [
+    {"name": "a", "type": "long"}, {"name": "s", "type": ["null", "string"]}, {"name": "t", "type": "string"},
+    {"name": "b", "type": ["null", "bytes"]}, {"name": "i", "type": ["int", "null"]}, {"name": "d", "type": "double"}]}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_ROW, max_size=20))
+def test_the_vectorised_decoder_matches_fastavro_on_any_rows(rows: list[dict[str, object]]) -> None:
+    from broker_core.schema import avro_vector
+
+    schema = m.AvroSchema(None, schema_definition=_ROW_SCHEMA)
+    payloads = pa.array([schema.encode(r) for r in rows], pa.binary())
+    info = schema.schema_info()
+    decoded = avro_vector.decode_records(payloads, info.parsed(), info.parsed(), arrow_type(info))
+    assert decoded.to_pylist() == [schema.decode(p) for p in payloads.to_pylist()]
