@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from broker_core import schema  # ``broker_core.schema`` as ``pulsar.schema``
 from broker_core.admin import Admin
 from broker_core.authentication import (
     Authentication,
@@ -78,6 +79,8 @@ from broker_core.errors import (
     ReadError,
     Result,
     RootNotFound,
+    SchemaDefinitionError,
+    SchemaNotFound,
     SegmentCorrupted,
     ServiceUnitNotReady,
     SubscriptionNotFound,
@@ -187,6 +190,8 @@ __all__ = [
     "Result",
     "RootNotFound",
     "Schema",
+    "SchemaDefinitionError",
+    "SchemaNotFound",
     "SegmentCorrupted",
     "ServiceUnitNotReady",
     "StringSchema",
@@ -207,4 +212,5 @@ __all__ = [
     "UnsupportedVersionError",
     "load_broker_config",
     "result_for",
+    "schema",
 ]

@@ -38,6 +38,7 @@ from broker_core.errors import (
 )
 from broker_core.naming import NamespaceName, TopicDomain, TopicName, validate_tenant
 from broker_core.producer_registry import ProducerRegistry
+from broker_core.schema.registry import SchemaRegistry
 from broker_core.state_store import VersionedState
 from broker_core.storage import FileIO, LocalFileIO
 from broker_core.topic_log import TopicLog
@@ -433,6 +434,8 @@ class Admin:
             _forget_handles(self.io, path)
         if not name.is_partition:  # a partition-named topic shares the policies of its base name
             self._trash(f"{base}/_policies/{name.local_name}")
+            # the schema history ends with the topic (a marker version: docs/PROTOCOL.md section 6c)
+            SchemaRegistry(self.io, name).delete(now_ms=now)
         if count:
             self._trash(f"{base}/_partitioned/{name.local_name}")
         return {"internalTopics": [str(p) for p in internal], "subscriptions": sorted(subscriptions)}

@@ -20,6 +20,7 @@ from broker_core.errors import InvalidConfiguration, NotAllowedError
 from broker_core.naming import TopicName
 from broker_core.policies import PolicyStore
 from broker_core.root_check import open_root
+from broker_core.schema.attach import SchemaRegistries
 from broker_core.storage import FileIO, file_io_for
 from broker_core.topic_log import TopicLog
 
@@ -51,6 +52,7 @@ class Broker:
         self.config = config
         self.admin = Admin(io, config)
         self.policies = PolicyStore(io, config)
+        self.schemas = SchemaRegistries(io, self.policies)
         self._lock = threading.Lock()
 
     @classmethod

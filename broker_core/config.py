@@ -183,6 +183,27 @@ class BrokerConfig(BaseModel):
         serialization_alias="backlogQuotaDefaultRetentionPolicy",
         description="What happens when a backlog quota is exceeded.",
     )
+    schema_compatibility_strategy: Literal[
+        "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+        "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE",
+    ] = Field(
+        default="FULL",
+        validation_alias="schemaCompatibilityStrategy",
+        serialization_alias="schemaCompatibilityStrategy",
+        description="How a new schema version must relate to a topic's registered ones (docs/CLIENT.md).",
+    )
+    is_allow_auto_update_schema_enabled: bool = Field(
+        default=True,
+        validation_alias="isAllowAutoUpdateSchemaEnabled",
+        serialization_alias="isAllowAutoUpdateSchemaEnabled",
+        description="Producers may register a new (compatible) schema version themselves.",
+    )
+    is_schema_validation_enforced: bool = Field(
+        default=False,
+        validation_alias="isSchemaValidationEnforced",
+        serialization_alias="isSchemaValidationEnforced",
+        description="Refuse producers and consumers without a schema on a topic that has one.",
+    )
 
     # --- spark-pubsub storage settings (not in Pulsar) --------------------------------------------
 

@@ -58,6 +58,10 @@ class PayloadTypeError(PulsarException, TypeError):
     """A payload is not ``bytes`` for the bytes schema."""
 
 
+class SchemaDefinitionError(PulsarException, ValueError):
+    """A schema, record declaration or schema-registry input is malformed (names the bad part)."""
+
+
 class MessageTooBig(InvalidMessage):
     """A message exceeds ``maxMessageSize`` and chunking is off."""
 
@@ -113,6 +117,18 @@ class AlreadyExists(PulsarException):
 
 
 # --- producer and consumer state -------------------------------------------------------------------
+
+
+class IncompatibleSchema(PulsarException):
+    """A producer's or consumer's schema does not fit the topic's under its compatibility strategy.
+
+    Carries ``topic``, ``strategy``, ``version`` (the registered version it was checked against, or
+    None) and ``offered`` (a short description of the schema offered).  Nothing was written.
+    """
+
+
+class SchemaNotFound(NotFound):
+    """A topic has no schema (or not the version asked for)."""
 
 
 class AlreadyClosed(PulsarException):
@@ -304,10 +320,6 @@ class CryptoError(PulsarException):
     ``create_producer``), or a reader cannot decrypt a message and its failure action is FAIL."""
 
 
-class IncompatibleSchema(PulsarException):
-    """A producer's or consumer's schema is incompatible with the topic's."""
-
-
 class TransactionCoordinatorNotFoundError(PulsarException):
     """Never raised: transactions are not supported."""
 
@@ -442,6 +454,8 @@ __all__ = [
     "PulsarException",
     "ReadError",
     "Result",
+    "SchemaDefinitionError",
+    "SchemaNotFound",
     "SegmentCorrupted",
     "ServiceUnitNotReady",
     "SubscriptionNotFound",

@@ -1,4 +1,4 @@
-"""Messages as the client hands them out, and the schemas that encode payloads.
+"""Messages as the client hands them out (the schemas that encode payloads live in ``broker_core.schema``).
 
 A ``Message`` mirrors the official client's accessors (``data()``, ``value()``, ``properties()``,
 ``message_id()``...).  Messages are built from segment rows in bulk (``messages_from_rows``), one
@@ -7,57 +7,18 @@ Python object per message only at the point the API needs one.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from broker_core.errors import PayloadTypeError
 from broker_core.message_id import MessageId
+from broker_core.schema.base import Schema
+from broker_core.schema.primitive import BytesSchema, StringSchema
 
 if TYPE_CHECKING:
     from broker_core.crypto import EncryptionContext
-
-
-class Schema(ABC):
-    """Encodes values to payload bytes and back (the official client's schema hook)."""
-
-    @abstractmethod
-    def encode(self, value: Any) -> bytes:
-        """Payload bytes of ``value``; ``PayloadTypeError`` if the value does not fit the schema."""
-
-    @abstractmethod
-    def decode(self, data: bytes) -> Any:
-        """The value a payload encodes."""
-
-
-class BytesSchema(Schema):
-    """Payloads are bytes, unchanged; anything else is a ``TypeError``."""
-
-    def encode(self, value: Any) -> bytes:
-        if not isinstance(value, bytes):
-            raise PayloadTypeError(
-                f"the bytes schema needs a bytes payload, got {type(value).__name__}; "
-                "encode it first (e.g. text.encode('utf-8')) or use StringSchema"
-            )
-        return value
-
-    def decode(self, data: bytes) -> Any:
-        return data
-
-
-class StringSchema(Schema):
-    """Payloads are UTF-8 text."""
-
-    def encode(self, value: Any) -> bytes:
-        if not isinstance(value, str):
-            raise PayloadTypeError(f"the string schema needs a str payload, got {type(value).__name__}")
-        return value.encode("utf-8")
-
-    def decode(self, data: bytes) -> Any:
-        return data.decode("utf-8")
 
 
 @dataclass(slots=True, eq=False)
@@ -89,10 +50,15 @@ class Message:
         return self._data if self._data is not None else b""
 
     def value(self) -> Any:
-        """The payload decoded with the consumer's schema (None for a tombstone)."""
-        if self._data is None:
-            return None
-        return self._schema.decode(self._data) if self._schema else self._data
+        """The payload decoded with the consumer's schema (None for a tombstone).
+
+        A typed schema decodes with the schema version the message was written with, resolved to
+        its own (``Schema.decode_message``).
+        """
+        schema = self._schema
+        if self._data is None:  # a KeyValue SEPARATED tombstone still has its key
+            return schema.decode_message(self) if schema is not None and schema.separated_key else None
+        return schema.decode_message(self) if schema else self._data
 
     def has_null_value(self) -> bool:
         return self._data is None

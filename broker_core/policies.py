@@ -24,6 +24,10 @@ from broker_core.state_store import VersionedState
 from broker_core.storage import FileIO
 
 BacklogQuotaPolicy = Literal["producer_request_hold", "producer_exception", "consumer_backlog_eviction"]
+SchemaCompatibility = Literal[
+    "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD", "FULL",
+    "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE",
+]
 
 
 class Policies(BaseModel):
@@ -41,6 +45,9 @@ class Policies(BaseModel):
     delayed_delivery_enabled: bool | None = Field(None, alias="delayedDeliveryEnabled")
     delayed_delivery_tick_time_millis: int | None = Field(None, alias="delayedDeliveryTickTimeMillis", gt=0)
     max_message_size: int | None = Field(None, alias="maxMessageSize", gt=0)
+    schema_compatibility_strategy: SchemaCompatibility | None = Field(None, alias="schemaCompatibilityStrategy")
+    is_allow_auto_update_schema: bool | None = Field(None, alias="isAllowAutoUpdateSchema")
+    schema_validation_enforced: bool | None = Field(None, alias="schemaValidationEnforced")
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True)
@@ -80,6 +87,9 @@ class EffectivePolicies:
     delayed_delivery_enabled: bool
     delayed_delivery_tick_time_millis: int
     max_message_size: int
+    schema_compatibility_strategy: str = "FULL"
+    is_allow_auto_update_schema: bool = True
+    schema_validation_enforced: bool = False
 
     @classmethod
     def resolve(cls, config: BrokerConfig, *levels: Policies | None) -> EffectivePolicies:
@@ -94,6 +104,9 @@ class EffectivePolicies:
             "delayed_delivery_enabled": config.delayed_delivery_enabled,
             "delayed_delivery_tick_time_millis": config.delayed_delivery_tick_time_millis,
             "max_message_size": config.max_message_size,
+            "schema_compatibility_strategy": config.schema_compatibility_strategy,
+            "is_allow_auto_update_schema": config.is_allow_auto_update_schema_enabled,
+            "schema_validation_enforced": config.is_schema_validation_enforced,
         }
         for level in levels:
             if level is not None:

@@ -9,7 +9,8 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from broker_core.errors import InvalidConfiguration
 from spark_pubsub.offsets import PartitionPlanner, parse_offsets_spec, parse_starting_offsets
 from spark_pubsub.options import SourceOptions
-from spark_pubsub.scan_partition import ScanPartition, read_scan_partition
+from spark_pubsub.scan_partition import ScanPartition, read_scan_partition, with_typed
+from spark_pubsub.typed_values import read_plan
 from spark_pubsub.worker_import import WorkerImportable
 
 
@@ -29,6 +30,7 @@ class PubSubBatchReader(DataSourceReader, metaclass=WorkerImportable):
         self.options = options
         self.planner = PartitionPlanner(options)
         self.planner.require_topics()
+        self.typed = read_plan(options)
         start = parse_starting_offsets(self.planner, options, default="earliest")
         if options.ending_timestamp is not None:
             if options.ending_offsets is not None:
@@ -40,7 +42,7 @@ class PubSubBatchReader(DataSourceReader, metaclass=WorkerImportable):
         self.end: dict[str, Any] = {"v": 1, "parts": end}
 
     def partitions(self) -> list[InputPartition]:
-        return list(self.planner.plan(self.start, self.end))
+        return with_typed(self.planner.plan(self.start, self.end), self.typed)
 
     def read(self, partition: InputPartition) -> Any:
         if not isinstance(partition, ScanPartition):

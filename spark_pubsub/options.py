@@ -82,6 +82,7 @@ class SourceOptions(_Options):
     retry_enable: bool = Field(False, alias="retryenable", title="retryEnable")
     include_headers: bool = Field(False, alias="includeheaders", title="includeHeaders")
     wait_for_topic: bool = Field(False, alias="waitfortopic", title="waitForTopic")
+    value_format: Literal["auto", "typed", "binary"] = Field("auto", alias="valueformat", title="valueFormat")
 
     @field_validator("subscription_type", mode="before")
     @classmethod

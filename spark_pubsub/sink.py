@@ -40,6 +40,7 @@ from broker_core.segment import CompressionType
 from broker_core.topic_log import StagedSegment, TopicLog
 from spark_pubsub.options import SinkOptions
 from spark_pubsub.sink_columns import SinkColumns, sequence_base
+from spark_pubsub.typed_values import binary_value_schema, is_typed_value, plan_write
 from spark_pubsub.worker_import import WorkerImportable
 
 MAX_BUFFERED_ROWS = 500_000
@@ -149,7 +150,7 @@ class _PubSubWriter:
                 "format('pubsub') cannot overwrite: a topic is an append-only log; use mode('append') "
                 "(to start over, delete the topic with the admin API)", option="mode",
             )
-        columns = SinkColumns.validate(schema)
+        columns = SinkColumns.validate(binary_value_schema(schema) if is_typed_value(schema) else schema)
         if options.topic is None and not columns.has_topic:
             raise InvalidConfiguration(
                 "option topic: say where to write with .option('topic', 'my-topic'), or add a string "
@@ -173,6 +174,8 @@ class _PubSubWriter:
         else:
             self._seed = random.randrange(1 << 30)
             self._producer = options.producer_name or f"spark-batch-{self._seed:08x}"
+        # last: registering a schema is the one write the driver makes, after every check passed
+        self._typed = plan_write(options.root, options.topic, schema)  # a struct value: docs/SPARK.md
 
     @staticmethod
     def _sink_id_for(options: SinkOptions) -> str:
@@ -264,11 +267,15 @@ class _PubSubWriter:
 
     def _route(self, table: pa.Table, internals: tuple[str, ...], now_ms: int,
                first_sequence_id: int) -> Iterator[tuple[str, pa.Table]]:
+        if self._typed is not None:
+            table = self._typed.encode(table)
         bulk = self._columns.to_bulk(table, now_ms=now_ms, default_producer=self._producer,
                                      first_sequence_id=first_sequence_id)
         rows, explicit = to_segment_rows(bulk, publish_time_ms=now_ms,
                                          max_message_size=self._max_message_size,
                                          default_producer=self._producer)
+        if self._typed is not None:
+            rows = self._typed.stamp(rows)
         router = None
         if self._single_partition:
             seed, scheme = self._seed, self._scheme

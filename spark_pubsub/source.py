@@ -30,8 +30,13 @@ class PubSubDataSource(DataSource, metaclass=WorkerImportable):
     def schema(self) -> StructType:
         # Spark asks for the schema when load() is called on the driver: validating the options here
         # reports a bad one there, not in a worker traceback when the query first runs
+        from spark_pubsub.typed_values import read_plan
+
         options = parse_options(SourceOptions, self.options)
-        return source_schema(include_headers=options.include_headers)
+        typed = read_plan(options)  # a typed topic: docs/SPARK.md
+        if typed is None:
+            return source_schema(include_headers=options.include_headers)
+        return typed.spark_schema(include_headers=options.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from spark_pubsub.batch_reader import PubSubBatchReader

@@ -45,7 +45,8 @@ from spark_pubsub.offsets import (
     parse_starting_offsets,
 )
 from spark_pubsub.options import SourceOptions
-from spark_pubsub.scan_partition import ScanPartition, read_scan_partition
+from spark_pubsub.scan_partition import ScanPartition, read_scan_partition, with_typed
+from spark_pubsub.typed_values import read_plan
 from spark_pubsub.worker_import import WorkerImportable
 
 
@@ -87,6 +88,7 @@ class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow, me
                 )
         self.options = options
         self.planner = PartitionPlanner(options)
+        self.typed = read_plan(options)
         self.claim_mode = options.subscription is not None and options.subscription_type in ("Shared", "Key_Shared")
         self.consumer_name = options.consumer_name or f"spark-{uuid.uuid4().hex[:10]}"
         self._target: dict[str, int] | None = None
@@ -189,7 +191,7 @@ class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow, me
         return {"v": 1, "parts": self.planner.latest_positions()}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        return list(self.planner.plan(start, end))
+        return with_typed(self.planner.plan(start, end), self.typed)
 
     def read(self, partition: InputPartition) -> Any:
         assert isinstance(partition, ScanPartition)

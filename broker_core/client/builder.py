@@ -56,8 +56,8 @@ def _ts_us(values: list[int | None]) -> pa.Array:
     return pa.array([None if v is None else v * 1000 for v in values], pa.timestamp("us", tz="UTC"))
 
 
-def rows_for(pending: list[PendingMessage], producer_name: str) -> pa.Table:
-    """The segment rows of ``pending``, in order."""
+def rows_for(pending: list[PendingMessage], producer_name: str, *, schema_version: bytes | None = None) -> pa.Table:
+    """The segment rows of ``pending``, in order (all written under the producer's ``schema_version``)."""
     n = len(pending)
     ordering = pa.array([p.ordering_key for p in pending], pa.binary())
     keys = pa.array([p.key for p in pending], pa.string())
@@ -73,7 +73,8 @@ def rows_for(pending: list[PendingMessage], producer_name: str) -> pa.Table:
         "publish_time": _ts_us([p.publish_time_ms for p in pending]),
         "event_time": _ts_us([p.event_time_ms for p in pending]),
         "deliver_at": _ts_us([p.deliver_at_ms for p in pending]),
-        "schema_version": pa.nulls(n, pa.binary()),
+        "schema_version": pa.nulls(n, pa.binary()) if schema_version is None
+        else pa.array([schema_version] * n, pa.binary()),
         "chunk_uuid": pa.array([p.chunk_uuid for p in pending], pa.string()),
         "chunk_id": pa.array([p.chunk_id for p in pending], pa.int32()),
         "num_chunks": pa.array([p.num_chunks for p in pending], pa.int32()),

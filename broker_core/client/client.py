@@ -46,6 +46,7 @@ from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.producer_registry import ProducerAccessMode
 from broker_core.routing import MessageRouter, PartitionsRoutingMode, router_for
+from broker_core.schema.info import SchemaInfo
 from broker_core.segment import CompressionType
 
 _NAME_COUNTER = itertools.count()
@@ -146,6 +147,10 @@ class Client:
             )
         return name, self._broker.partitions(name)
 
+    def _schema_lookup(self, topic: str, version: bytes) -> SchemaInfo | None:
+        """The schema a message of ``topic`` was written with (``Schema.attach_client`` hands this out)."""
+        return self._broker.schemas.lookup(topic, version)
+
     # -- API ----------------------------------------------------------------------------------------
 
     def get_topic_partitions(self, topic: str) -> list[str]:
@@ -243,6 +248,8 @@ class Client:
                 properties=props,
             )
         name, partitions = self._resolve(topic)
+        schema_version = self._broker.schemas.attach_producer(name, schema)  # IncompatibleSchema: nothing written
+        schema.attach_client(self)
         router: MessageRouter | None = None
         if len(partitions) > 1 or partitions[0] != name:
             router = router_for(
@@ -277,6 +284,8 @@ class Client:
             properties=props,
         )
         producer._encryptor = encryptor  # before any send: the caller has not seen the producer yet
+        producer._schema_version = schema_version
+        producer._key_from_value = schema.separated_key
         with self._lock:
             self._handles.add(producer)
         return producer
@@ -328,6 +337,8 @@ class Client:
                 reader_listener=reader_listener,
             )
         name, partitions = self._resolve(topic)
+        self._broker.schemas.attach_consumer(name, schema)
+        schema.attach_client(self)
         reader = Reader(
             self,
             name,

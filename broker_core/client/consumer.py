@@ -25,8 +25,8 @@ from broker_core.client.consumer_base import ConsumerBase
 from broker_core.client.dead_letters import DeadLetters
 from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.subscription_part import SubscriptionPart
-from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
 from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
+from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
 from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import (
     ConsumerBusy,

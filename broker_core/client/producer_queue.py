@@ -67,6 +67,8 @@ class ProducerQueueing(ProducerConnection):
     """The send path of a producer, up to its queues; ``Producer.__init__`` sets the attributes below."""
 
     _schema: Schema
+    _schema_version: bytes | None = None  # the registry version every row is written under (set on creation)
+    _key_from_value: bool = False  # KeyValue SEPARATED: the key's encoding is the message key
     _chunking: bool
     _partitioned: bool
     _router: MessageRouter | None
@@ -102,7 +104,10 @@ class ProducerQueueing(ProducerConnection):
             raise AlreadyClosed(f"producer {self._name!r} on {self._topic} is closed")
         if self._failure is not None:
             raise self._failure
-        data = None if content is None else self._schema.encode(content)
+        if self._key_from_value and content is not None:  # KeyValue SEPARATED: the key is the message key
+            partition_key, data = self._schema.encode_separated(content)
+        else:
+            data = None if content is None else self._schema.encode(content)
         props = None
         if not (
             properties is None

@@ -106,7 +106,7 @@ class ProducerSender(ProducerQueueing):
                 closed=lambda: self._client._closed,
             )
             ordered, layout = plan_entries(batch, batching=self._batching, key_based=self._key_based)
-            table = rows_for(ordered, self._name)
+            table = rows_for(ordered, self._name, schema_version=self._schema_version)
             result = q.log.append(
                 table, layout=layout, compression=self._compression, dedup=self._dedup, producer_epoch=q.epoch,
                 topic_id=q.topic_id,

@@ -245,6 +245,9 @@ def subscribe(
             TopicName.parse(retry_topic_name(client._broker, str(t), subscription_name, dead_letter_policy))
             for t in topics
         ]
+    for topic_name in topics:  # IncompatibleSchema before the subscription exists
+        client._broker.schemas.attach_consumer(topic_name, schema)
+    schema.attach_client(client)
     parts: list[SubscriptionPart] = []
     try:
         for topic_name in topics:

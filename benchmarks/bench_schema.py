@@ -1,0 +1,208 @@
+"""Typed topics: Avro records through the client and through Spark, against plain fastavro and binary reads.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_schema.py [--records 1000000] [--no-spark]
+
+Records have 5 fields (long, string, double, int, boolean), declared as a ``Record`` class.  Figures,
+each timed in this run:
+
+a. baseline: ``fastavro.schemaless_writer`` of every record (as a dict) into its own payload, and
+   ``fastavro.schemaless_reader`` of every payload back (what encoding/decoding alone costs);
+b. producing: ``producer.send_async(record)`` of every ``Record`` with ``AvroSchema`` (batching on)
+   and a final ``flush()``: encoding, queueing, Parquet segments and log commits;
+c. consuming: a consumer ``batch_receive``s every message and calls ``value()`` on each (decoding
+   with the writer's version, resolved to the reader's schema), acknowledging cumulatively;
+d. the column decoder alone (``decode_column``) on the same payloads, which Spark uses;
+e. Spark: ``spark.read.format("pubsub")`` of the topic, typed (``value`` a struct) against binary
+   (``valueFormat=binary``), each fully materialised with the ``noop`` sink, after one warm-up read.
+
+Goals: b and c at least 0.5x the fastavro baseline's throughput; the typed Spark read within 1.5x of
+the binary read's time.  This is a benchmark, not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_REPO = Path(__file__).resolve().parent.parent
+if str(_REPO) not in sys.path:  # run as a script from a checkout without installing the project
+    sys.path.insert(0, str(_REPO))
+
+import fastavro  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from broker_core import Client, ConsumerBatchReceivePolicy, InitialPosition  # noqa: E402
+from broker_core import schema as m  # noqa: E402
+from broker_core.schema.columns import decode_column  # noqa: E402
+
+TOPIC = "bench-schema"
+
+
+class Order(m.Record):
+    order_id = m.Long(required=True)
+    customer = m.String(required=True)
+    amount = m.Double(required=True)
+    quantity = m.Integer(required=True)
+    paid = m.Boolean(required=True)
+
+
+def progress(text: str) -> None:
+    print(f"  .. {text}", file=sys.stderr, flush=True)
+
+
+def rate(n: int, seconds: float) -> str:
+    return f"{n / seconds:>12,.0f} rec/s  ({seconds:6.2f} s)"
+
+
+def goal(name: str, ratio: float, target: float, higher_is_better: bool = True) -> str:
+    met = ratio >= target if higher_is_better else ratio <= target
+    return f"{name}: {ratio:.2f}x (goal {'>=' if higher_is_better else '<='} {target}x) {'MET' if met else 'MISSED'}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--no-spark", action="store_true")
+    args = parser.parse_args()
+    n = args.records
+    print(f"records: {n:,}  load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+
+    records = [Order(order_id=i, customer=f"customer-{i % 1000}", amount=i * 0.25, quantity=i % 50, paid=i % 2 == 0)
+               for i in range(n)]
+    dicts = [r._to_datum(json=False) for r in records]
+    parsed = fastavro.parse_schema(Order.schema())
+
+    progress("fastavro encode")
+    start = time.perf_counter()
+    payloads = []
+    for d in dicts:
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, parsed, d)
+        payloads.append(buffer.getvalue())
+    t_encode = time.perf_counter() - start
+    progress("fastavro decode")
+    start = time.perf_counter()
+    for p in payloads:
+        fastavro.schemaless_reader(io.BytesIO(p), parsed, None)
+    t_decode = time.perf_counter() - start
+
+    root = tempfile.mkdtemp(prefix="bench-schema-")
+    try:
+        (Path(root) / "_pubsub").mkdir()
+        (Path(root) / "_pubsub" / "broker.toml").write_text("fsyncEnabled = false\n")
+        client = Client(f"file://{root}")
+        schema = m.AvroSchema(Order)
+        producer = client.create_producer(TOPIC, schema=schema, batching_enabled=True,
+                                          batching_max_messages=10_000, batching_max_allowed_size_in_bytes=4 << 20,
+                                          block_if_queue_full=True, max_pending_messages=100_000,
+                                          max_pending_messages_across_partitions=100_000)
+        progress("producing")
+        t_produce = produce(producer, records)
+        progress("producing the encoded payloads with BytesSchema (the client alone)")
+        raw = client.create_producer(TOPIC + "-raw", batching_enabled=True, batching_max_messages=10_000,
+                                     batching_max_allowed_size_in_bytes=4 << 20, block_if_queue_full=True,
+                                     max_pending_messages=100_000, max_pending_messages_across_partitions=100_000)
+        t_produce_raw = produce(raw, payloads)
+
+        progress("consuming")
+        t_consume = consume(client, TOPIC, schema, n)
+        progress("consuming the raw topic with BytesSchema (the client alone)")
+        t_consume_raw = consume(client, TOPIC + "-raw", m.BytesSchema(), n)
+        client.close()
+
+        progress("decode_column")
+        column = pa.array(payloads, pa.binary())
+        start = time.perf_counter()
+        decode_column(column, None, reader=schema.schema_info(), writer_of=lambda v: None)
+        t_column = time.perf_counter() - start
+
+        print(f"a. fastavro encode alone          {rate(n, t_encode)}")
+        print(f"   fastavro decode alone          {rate(n, t_decode)}")
+        print(f"b. produce (send_async + flush)   {rate(n, t_produce)}")
+        print(f"   same, BytesSchema of payloads  {rate(n, t_produce_raw)}  (the client's own cost)")
+        print(f"c. consume (batch_receive+value)  {rate(n, t_consume)}")
+        print(f"   same, BytesSchema              {rate(n, t_consume_raw)}  (the client's own cost)")
+        print(f"d. decode_column (vectorised)     {rate(n, t_column)}")
+        print(goal("   produce vs fastavro encode", t_encode / t_produce, 0.5))
+        print(goal("   consume vs fastavro decode", t_decode / t_consume, 0.5))
+        print(f"   decode_column vs fastavro decode: {t_decode / t_column:.2f}x")
+
+        if not args.no_spark:
+            spark_figures(root, n)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def produce(producer: Any, values: list[Any]) -> float:
+    start = time.perf_counter()
+    for value in values:
+        producer.send_async(value, None)
+    producer.flush()
+    elapsed = time.perf_counter() - start
+    producer.close()
+    return elapsed
+
+
+def consume(client: Client, topic: str, schema: m.Schema, n: int) -> float:
+    consumer = client.subscribe(topic, "bench", schema=schema, initial_position=InitialPosition.Earliest,
+                                receiver_queue_size=50_000,
+                                batch_receive_policy=ConsumerBatchReceivePolicy(10_000, -1, 1000))
+    start = time.perf_counter()
+    seen = 0
+    while seen < n:
+        batch = consumer.batch_receive()
+        for msg in batch:
+            msg.value()
+        seen += len(batch)
+        if batch:
+            consumer.acknowledge_cumulative(batch[-1])
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed
+
+
+def spark_figures(root: str, n: int) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import spark_pubsub
+
+    progress("starting Spark")
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.sql.session.timeZone", "UTC").config("spark.python.worker.reuse", "true")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark_pubsub.register(spark)
+
+    def timed(value_format: str) -> float:
+        df = spark.read.format("pubsub").option("serviceUrl", root).option("topic", TOPIC).option(
+            "valueFormat", value_format).load()
+        start = time.perf_counter()
+        df.write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - start
+
+    progress("Spark warm-up")
+    timed("binary")
+    timings = {}
+    for fmt in ("binary", "auto", "binary", "auto"):
+        progress(f"Spark read valueFormat={fmt}")
+        timings.setdefault(fmt, []).append(timed(fmt))
+    binary, typed = min(timings["binary"]), min(timings["auto"])
+    print(f"e. Spark binary read              {rate(n, binary)}")
+    print(f"   Spark typed read               {rate(n, typed)}")
+    print(goal("   typed vs binary read time", typed / binary, 1.5, higher_is_better=False))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

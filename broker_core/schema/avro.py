@@ -1,0 +1,153 @@
+"""``AvroSchema``: records encoded with Avro's binary encoding through ``fastavro``.
+
+The payload is Avro's schemaless binary encoding of one datum (no container header), as Pulsar
+writes it.  A message written under an older (or newer) schema version is decoded with the writer's
+schema, looked up in the topic's registry by the message's version, and resolved to this schema by
+Avro's resolution rules (fields matched by name, defaults filled in, promotions applied).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import fastavro
+from fastavro._read_common import SchemaResolutionError
+
+from broker_core.errors import PayloadTypeError, SchemaDefinitionError, SchemaNotFound
+from broker_core.schema.base import Schema
+from broker_core.schema.info import SchemaInfo, SchemaType
+from broker_core.schema.record import Record
+
+if TYPE_CHECKING:
+    from broker_core.message import Message
+
+
+@lru_cache(maxsize=512)
+def parsed_avro(definition: str) -> Any:
+    """fastavro's parsed form of an Avro schema's JSON text (cached: definitions are immutable)."""
+    try:
+        return fastavro.parse_schema(json.loads(definition), named_schemas={})
+    except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as exc:
+        raise SchemaDefinitionError(f"not a valid Avro schema: {exc}; definition: {definition[:200]}") from None
+
+
+@lru_cache(maxsize=512)
+def writer_for_reader(writer_definition: str, reader_definition: str) -> Any:
+    """The writer's parsed schema with its top-level record renamed to the reader's.
+
+    Avro resolution matches records by name; a record class renamed between versions keeps its
+    data, as in Pulsar's client, so only the top-level name is aligned.
+    """
+    writer, reader = json.loads(writer_definition), json.loads(reader_definition)
+    if isinstance(writer, dict) and isinstance(reader, dict) and writer.get("type") == "record":
+        writer["name"] = reader.get("name", writer.get("name"))
+        if "namespace" in reader:
+            writer["namespace"] = reader["namespace"]
+        else:
+            writer.pop("namespace", None)
+    return parsed_avro(json.dumps(writer))
+
+
+def pretty(definition: Any) -> str:
+    """The definition text as Pulsar's Python client renders it (``json.dumps(..., indent=True)``)."""
+    return json.dumps(definition, indent=True)
+
+
+class AvroSchema(Schema):
+    """Avro records: ``AvroSchema(MyRecord)`` or ``AvroSchema(None, schema_definition={...})`` (dicts).
+
+    Args:
+        record_cls: a ``Record`` subclass; values sent must be instances of it, values received are.
+        schema_definition: an Avro schema as a dict, when there is no record class; values are dicts.
+    """
+
+    schema_type = SchemaType.AVRO
+
+    def __init__(self, record_cls: type[Record] | None, schema_definition: dict[str, Any] | None = None) -> None:
+        if record_cls is None and schema_definition is None:
+            raise SchemaDefinitionError(f"{type(self).__name__} needs a Record class or a schema_definition")
+        if record_cls is not None and not (isinstance(record_cls, type) and issubclass(record_cls, Record)):
+            raise SchemaDefinitionError(f"{type(self).__name__} needs a Record subclass, got {record_cls!r}")
+        self._record_cls = record_cls
+        self._definition = record_cls.schema() if record_cls is not None else schema_definition
+        self._text = pretty(self._definition)
+        self._parsed = parsed_avro(self._text)
+
+    def schema_info(self) -> SchemaInfo:
+        return SchemaInfo(self.schema_type, self.schema_type.name, self._text)
+
+    def _datum(self, value: Any) -> Any:
+        if self._record_cls is not None:
+            if not isinstance(value, self._record_cls):
+                raise PayloadTypeError(
+                    f"{type(self).__name__}({self._record_cls.__name__}) cannot encode a {type(value).__name__}; "
+                    f"send a {self._record_cls.__name__} instance"
+                )
+            return value._to_datum(json=False)
+        if not isinstance(value, dict):
+            raise PayloadTypeError(f"{type(self).__name__} without a record class encodes dicts, got "
+                                   f"{type(value).__name__}")
+        return value
+
+    def encode(self, value: Any) -> bytes:
+        buffer = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(buffer, self._parsed, self._datum(value))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise PayloadTypeError(f"value does not fit the Avro schema {self._definition_name()}: {exc}") from None
+        return buffer.getvalue()
+
+    def _definition_name(self) -> str:
+        return str(self._definition.get("name")) if isinstance(self._definition, dict) else "?"
+
+    def _result(self, datum: Any) -> Any:
+        return self._record_cls._from_datum(datum, trusted=True) if self._record_cls is not None else datum
+
+    def decode(self, data: bytes) -> Any:
+        return self._result(fastavro.schemaless_reader(io.BytesIO(data), self._parsed, None))
+
+    def decode_with(self, data: bytes, writer: SchemaInfo | None) -> Any:
+        """Decode a payload written with ``writer`` (None: this very schema), resolved to this schema."""
+        if writer is None or writer.definition == self._text:
+            return self.decode(data)
+        if writer.type != self.schema_type:
+            raise PayloadTypeError(f"message was written with a {writer.type.name} schema; "
+                                   f"it cannot be read with {type(self).__name__}")
+        parsed = writer_for_reader(writer.definition, self._text)
+        try:
+            datum = fastavro.schemaless_reader(io.BytesIO(data), parsed, self._parsed)
+        except SchemaResolutionError as exc:
+            raise PayloadTypeError(
+                f"the writer's schema cannot be resolved to {self._definition_name()}: {exc}") from None
+        return self._result(datum)
+
+    def decode_message(self, msg: Message) -> Any:
+        return self.decode_with(msg.data(), writer_of(self, msg))
+
+
+def writer_of(schema: Schema, msg: Message) -> SchemaInfo | None:
+    """The schema a message was written with (None when it carries no version or no registry is attached).
+
+    Versions are immutable, so each (topic, version) is looked up once per schema object.
+    """
+    version = msg.schema_version()
+    if not version or schema._lookup is None:
+        return None
+    key = (msg.topic_name(), version)
+    cache = schema.__dict__.setdefault("_writers", {})
+    info = cache.get(key)
+    if info is not None:
+        return info
+    info = cache[key] = schema._lookup(*key)
+    if info is None:
+        raise SchemaNotFound(
+            f"schema version {int.from_bytes(version, 'big')} of {msg.topic_name()} is not in its registry "
+            "(was the schema deleted?)", topic=msg.topic_name(), version=int.from_bytes(version, "big"),
+        )
+    return info
+
+
+__all__ = ["AvroSchema", "parsed_avro", "pretty", "writer_for_reader", "writer_of"]

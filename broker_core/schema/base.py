@@ -1,0 +1,64 @@
+"""The ``Schema`` base class: encode a value to payload bytes, decode it back, describe itself.
+
+Decoding goes through ``decode_message(msg)`` (the official hook) so a schema can use what the
+message says about how it was written: an Avro or JSON schema looks up the writer's version in the
+topic's registry (``attach_client`` hands it the lookup) and resolves it to its own schema.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from broker_core.schema.info import SchemaInfo, SchemaType
+
+if TYPE_CHECKING:
+    from broker_core.message import Message
+
+# (topic, 8-byte schema version) -> the SchemaInfo registered under it, or None if unknown.
+WriterLookup = Callable[[str, bytes], "SchemaInfo | None"]
+
+
+class Schema(ABC):
+    """Encodes values to payload bytes and back.
+
+    A subclass that only implements ``encode``/``decode`` is an untyped schema for the registry
+    (like ``BytesSchema``): it registers nothing and is never refused by a typed topic unless
+    ``schemaValidationEnforced`` is on.
+    """
+
+    _lookup: WriterLookup | None = None
+    separated_key: bool = False  # the key travels as the message key (``encode_separated``): KeyValue SEPARATED
+
+    @abstractmethod
+    def encode(self, value: Any) -> bytes:
+        """Payload bytes of ``value``; ``PayloadTypeError`` if the value does not fit the schema."""
+
+    @abstractmethod
+    def decode(self, data: bytes) -> Any:
+        """The value a payload encodes (as written with this very schema)."""
+
+    def schema_info(self) -> SchemaInfo:
+        """What the registry stores for this schema."""
+        return SchemaInfo(SchemaType.BYTES, "BYTES")
+
+    def decode_message(self, msg: Message) -> Any:
+        """The value of a received message (the writer's schema version may differ from this one)."""
+        return self.decode(msg.data())
+
+    def attach_client(self, client: Any) -> None:
+        """Let the schema look up writer schemas of the client's topics (the official hook)."""
+        lookup = getattr(client, "_schema_lookup", None)
+        if lookup is not None:
+            self._lookup = lookup
+
+    def encode_separated(self, value: Any) -> tuple[str | None, bytes | None]:
+        """(message key, payload) of a value whose key travels as the message key (``separated_key``)."""
+        return None, self.encode(value)
+
+    def __str__(self) -> str:
+        return type(self).__name__
+
+
+__all__ = ["Schema", "WriterLookup"]

@@ -1,0 +1,217 @@
+"""Typed topics in Spark: the ``value`` column as a struct (or typed scalar) derived from the topic's schema.
+
+Reads (``valueFormat`` option): ``auto`` (default) reads a topic that has a schema with ``value`` typed
+by its latest schema version and a topic without one as binary; ``typed`` requires a schema;
+``binary`` always gives the raw payload.  Every row is decoded with the version it was written with
+and resolved to the read schema, so rows of older versions read under the latest one.  A read of
+several topics uses one schema that can read every live version of all of them, or names the topic
+that differs.  The metadata columns are unchanged: only the type of ``value`` changes.
+
+Writes: a DataFrame whose ``value`` is a struct (or a typed scalar) is encoded with the topic's
+latest schema when the column fits it; when it does not, or the topic has none, the schema derived
+from the column is registered if the topic's policy allows (as a producer would), else the write is
+refused with an error naming the column that does not fit.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from broker_core.broker import Broker
+from broker_core.errors import IncompatibleSchema, InvalidConfiguration, InvalidMessage
+from broker_core.naming import TopicName
+from broker_core.schema.column_encoding import encode_column, fit_problem, record_info
+from broker_core.schema.columns import arrow_type, decode_column
+from broker_core.schema.compatibility import can_read
+from broker_core.schema.info import UNTYPED, SchemaInfo
+from broker_core.schema.negotiation import producer_version
+from broker_core.schema.registry import version_bytes
+from spark_pubsub.schema import HEADERS_FIELD, SOURCE_SCHEMA
+
+
+def source_schema_with(value_type: Any) -> StructType:
+    """``SOURCE_SCHEMA`` with the ``value`` column of another Spark type."""
+    return StructType([StructField("value", value_type, True) if f.name == "value" else f
+                       for f in SOURCE_SCHEMA.fields])
+
+
+@functools.lru_cache(maxsize=64)
+def _reader_types(reader_text: str) -> tuple[SchemaInfo, StructType, pa.Schema]:
+    """The reader schema, the source's Spark schema and its Arrow form (computed once per executor)."""
+    reader = SchemaInfo.from_json(json.loads(reader_text))
+    spark_schema = source_schema_with(from_arrow_type(arrow_type(reader)))
+    return reader, spark_schema, to_arrow_schema(spark_schema, timezone="UTC")
+
+
+@dataclass(frozen=True)
+class TypedRead:
+    """What executors need to type the value column (picklable plain values)."""
+
+    root: str
+    reader_text: str  # the reader SchemaInfo's JSON document
+
+    @property
+    def reader(self) -> SchemaInfo:
+        return _reader_types(self.reader_text)[0]
+
+    def spark_schema(self, *, include_headers: bool = False) -> StructType:
+        schema = _reader_types(self.reader_text)[1]
+        return StructType([*schema.fields, HEADERS_FIELD]) if include_headers else schema
+
+    def apply(self, batch: pa.RecordBatch, rows: pa.Table, topic: str) -> pa.RecordBatch:
+        """Replace the binary value column of a source batch by its typed decoding."""
+        reader, _, target = _reader_types(self.reader_text)
+        registry = Broker.for_url(self.root).schemas.registry(topic)
+        typed = decode_column(batch.column("value"), rows.column("schema_version"), reader=reader,
+                              writer_of=registry.get, keys=rows.column("key"))
+        value_field = target.field("value")
+        at = batch.schema.get_field_index("value")
+        columns = [(typed if typed.type == value_field.type else typed.cast(value_field.type)) if i == at
+                   else batch.column(i) for i in range(batch.num_columns)]
+        # the batch may carry more columns than the base schema (headers, on request)
+        return pa.RecordBatch.from_arrays(columns, schema=batch.schema.set(at, value_field))
+
+
+def read_plan(options: Any) -> TypedRead | None:
+    """The typed read of a source's options (driver side; resolves the topics like the planner)."""
+    from spark_pubsub.offsets import PartitionPlanner
+
+    if options.value_format == "binary":
+        return None
+    planner = PartitionPlanner(options)
+    return resolve_read(options.value_format, options.root, [t for t, _, _ in planner.internal_topics()])
+
+
+def resolve_read(value_format: str, root: str, topics: list[TopicName]) -> TypedRead | None:
+    """The typed read of ``topics`` (None: read binary), or an error naming the topic that differs."""
+    if value_format == "binary":
+        return None
+    broker = Broker.for_url(root)
+    bases = list(dict.fromkeys(t.partitioned_topic_name for t in topics))
+    live = {str(b): broker.schemas.registry(b).live() for b in bases}
+    typed = {name: versions for name, versions in live.items() if versions and versions[-1][1].type not in UNTYPED}
+    if not typed:
+        if value_format == "typed":
+            raise InvalidConfiguration(f"option valueFormat=typed: topic {bases[0]} has no schema; register one "
+                                       "(pubsub schemas upload) or read valueFormat=binary", option="valueFormat")
+        return None
+    untyped = [name for name in live if name not in typed]
+    if untyped:
+        raise InvalidConfiguration(
+            f"option valueFormat={value_format}: topic {untyped[0]} has no schema while {next(iter(typed))} has "
+            "one; read the topics separately or with .option('valueFormat', 'binary')", option="valueFormat")
+    # the newest schema first: of several that read everything, the most recently registered wins
+    created = {name: broker.schemas.registry(name).all_versions()[-1][1].created_ms for name in typed}
+    candidates: list[tuple[str, SchemaInfo]] = []
+    for name, versions in sorted(typed.items(), key=lambda item: -created[item[0]]):
+        if not any(versions[-1][1] == c for _, c in candidates):
+            candidates.append((name, versions[-1][1]))
+    problems: list[str] = []
+    for owner, candidate in candidates:
+        problem = _first_unreadable(candidate, typed)
+        if problem is None:
+            return TypedRead(root, json.dumps(candidate.to_json(), sort_keys=True))
+        problems.append(f"the schema of topic {owner} cannot read {problem}")
+    raise InvalidConfiguration(f"option valueFormat={value_format}: no one schema reads every topic: {problems[0]}; "
+                               "read the topics separately or with .option('valueFormat', 'binary')",
+                               option="valueFormat")
+
+
+def _first_unreadable(reader: SchemaInfo, typed: dict[str, list[tuple[int, SchemaInfo]]]) -> str | None:
+    for name, versions in typed.items():
+        for number, writer in versions:
+            problem = can_read(reader, writer)
+            if problem:
+                return f"topic {name} version {number} ({problem})"
+    return None
+
+
+# -- the sink -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TypedWrite:
+    """How the sink encodes a typed value column: the schema and the version it writes under."""
+
+    schema_doc: dict[str, Any]
+    version: bytes
+
+    def encode(self, table: pa.Table) -> pa.Table:
+        """The table with ``value`` encoded to payload bytes."""
+        info = SchemaInfo.from_json(self.schema_doc)
+        index = table.schema.get_field_index("value")
+        try:
+            encoded = encode_column(table.column(index), info)
+        except Exception as exc:
+            raise InvalidMessage(f"format('pubsub') sink: {exc}", column="value") from None
+        return table.set_column(index, pa.field("value", pa.binary()), encoded)
+
+    def stamp(self, rows: pa.Table) -> pa.Table:
+        """Segment rows with their ``schema_version`` column set."""
+        index = rows.schema.get_field_index("schema_version")
+        return rows.set_column(index, rows.schema.field(index),
+                               pa.array([self.version] * rows.num_rows, pa.binary()))
+
+
+def binary_value_schema(schema: StructType) -> StructType:
+    """The DataFrame schema with a typed ``value`` shown as binary (what the column checks expect)."""
+    return StructType([StructField("value", BinaryType(), True) if f.name == "value" else f for f in schema.fields])
+
+
+def is_typed_value(schema: StructType) -> bool:
+    fields = {f.name: f.dataType for f in schema.fields}
+    value = fields.get("value")
+    return value is not None and value.typeName() not in ("binary", "string", "null")
+
+
+def plan_write(root: str, topic: str | None, schema: StructType) -> TypedWrite | None:
+    """Check (and register, if the policy allows) the schema a typed ``value`` column is written with."""
+    if not is_typed_value(schema):
+        return None
+    if topic is None:
+        raise InvalidConfiguration("a typed (struct) 'value' column needs .option('topic', ...): the topic's "
+                                   "schema encodes it", option="topic")
+    value_arrow = to_arrow_schema(StructType([f for f in schema.fields if f.name == "value"])).field("value").type
+    broker = Broker.for_url(root)
+    name = TopicName.parse(topic)
+    latest = broker.schemas.registry(name).latest()
+    if latest is not None and latest[1].type not in UNTYPED:
+        problem = fit_problem(value_arrow, latest[1])
+        if problem is None:
+            return TypedWrite(latest[1].to_json(), version_bytes(latest[0]))
+    else:
+        problem = None
+    derived = (record_info(value_arrow) if pa.types.is_struct(value_arrow)
+               else _scalar_info(value_arrow, problem))
+    policy = broker.schemas.policy(name)
+    try:
+        version = producer_version(broker.schemas.registry(name), derived, policy, now_ms=int(time.time() * 1000))
+    except IncompatibleSchema as exc:
+        raise IncompatibleSchema(
+            f"format('pubsub') sink: {problem or 'the value column does not fit'} of {name}, and registering the "
+            f"column's schema instead was refused: {exc}", **exc.context) from None
+    assert version is not None
+    return TypedWrite(derived.to_json(), version_bytes(version))
+
+
+def _scalar_info(arrow: pa.DataType, problem: str | None) -> SchemaInfo:
+    from broker_core.schema.primitive import FIXED_WIDTH
+
+    for schema_type, cls in FIXED_WIDTH.items():
+        if cls.arrow_type == arrow:
+            return SchemaInfo(schema_type, schema_type.name)
+    raise InvalidMessage(f"format('pubsub') sink: {problem or f'column value of type {arrow} has no schema'}; "
+                         "give a struct, a number, or binary/string", column="value")
+
+
+__all__ = ["TypedRead", "TypedWrite", "binary_value_schema", "is_typed_value", "plan_write", "read_plan",
+           "resolve_read",
+           "source_schema_with"]
