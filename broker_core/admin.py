@@ -15,21 +15,16 @@ topic directory.  ``public`` and ``public/default`` exist on every root, as in P
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import time
-import uuid
 
 from broker_core.config import BrokerConfig
 from broker_core.cursor import Cursor
 from broker_core.cursor_store import CursorStore, list_subscriptions, validate_subscription_name
 from broker_core.errors import (
     AlreadyExists,
-    BrokerPersistenceError,
     InvalidConfiguration,
     NamespaceNotFound,
     NotAllowedError,
-    OperationNotSupported,
     SubscriptionNotFound,
     TenantNotFound,
     TopicNotFound,
@@ -37,12 +32,11 @@ from broker_core.errors import (
 from broker_core.naming import NamespaceName, TopicDomain, TopicName, validate_tenant
 from broker_core.producer_registry import ProducerRegistry
 from broker_core.state_store import VersionedState
-from broker_core.storage import FileIO, LocalFileIO
+from broker_core.storage import TRASH_DIR, FileIO
 from broker_core.topic_log import TopicLog
 
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "public/default"
-TRASH_DIR = "_pubsub/trash"
 """Where deleted directories are renamed to (atomically) before they are removed."""
 
 
@@ -285,26 +279,11 @@ class Admin:
         if not log.create(name=str(name)):
             raise AlreadyExists(f"topic {name} exists already", topic=str(name))
 
-    # -- deletion: a directory leaves in one atomic rename into TRASH_DIR and is removed from there, so
-    # other processes see it whole or gone, and a killed deletion leaves only trash (the next clears it)
+    # -- deletion: ``FileIO.delete_tree`` removes a directory so that other processes see it whole or
+    # gone (locally one rename into TRASH_DIR; on object stores a tombstone, then a prefix delete)
 
     def _trash(self, path: str) -> None:
-        if not isinstance(self.io, LocalFileIO):
-            raise OperationNotSupported("deletion needs atomic directory renames (local storage only)")
-        trash = self.io.abs_path(TRASH_DIR)
-        try:
-            for leftover in os.listdir(trash) if os.path.isdir(trash) else []:
-                shutil.rmtree(os.path.join(trash, leftover), ignore_errors=True)
-            if not os.path.lexists(self.io.abs_path(path)):
-                return
-            os.makedirs(trash, exist_ok=True)
-            target = os.path.join(trash, uuid.uuid4().hex)
-            os.rename(self.io.abs_path(path), target)
-        except FileNotFoundError:
-            return  # another deletion got there first
-        except OSError as exc:
-            raise BrokerPersistenceError(f"cannot delete {path!r}: {exc.strerror or exc}", path=path) from exc
-        shutil.rmtree(target, ignore_errors=True)
+        self.io.delete_tree(path)
 
     def delete_tenant(self, tenant: str) -> None:
         """Delete a tenant without namespaces (``public`` is refused: every open re-creates it)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import tomllib
 
 from broker_core.admin import Admin, topic_dir
 from broker_core.config import BrokerConfig, load_broker_config
@@ -37,9 +38,18 @@ def resolve_config(io: FileIO, config: BrokerConfig | str | os.PathLike[str] | N
         return config
     if config is not None:
         return load_broker_config(config)
-    if io.exists(BROKER_CONF_PATH):
-        return load_broker_config(io.abs_path(BROKER_CONF_PATH))
-    return BrokerConfig()
+    if io.is_local:
+        if io.exists(BROKER_CONF_PATH):
+            return load_broker_config(io.abs_path(BROKER_CONF_PATH))
+        return BrokerConfig()
+    data = io.read_bytes(BROKER_CONF_PATH)  # on an object store: one GET, parsed in memory
+    if data is None:
+        return BrokerConfig()
+    try:
+        values = tomllib.loads(data.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidConfiguration(f"{io.abs_path(BROKER_CONF_PATH)} is not valid TOML: {exc}") from exc
+    return load_broker_config(None, **values)
 
 
 class Broker:

@@ -164,6 +164,18 @@ class DirectoryGone(BrokerPersistenceError):
     """
 
 
+class StorageUnavailable(BrokerPersistenceError):
+    """The root's store cannot be reached, or its bucket/container does not exist (``root=`` names it)."""
+
+
+class StorageAccessDenied(BrokerPersistenceError):
+    """The store refused the credentials, or they lack a permission the operation needs."""
+
+
+class UnsafeStore(BrokerPersistenceError):
+    """The store ignores conditional puts, so concurrent writers could overwrite each other's commits."""
+
+
 class LogCorrupted(BrokerPersistenceError):
     """The transaction log is unreadable (a gap, a malformed action, a missing file)."""
 
@@ -236,10 +248,13 @@ __all__ = [
     "ProducerQueueIsFull",
     "PulsarException",
     "Result",
+    "StorageAccessDenied",
+    "StorageUnavailable",
     "SubscriptionNotFound",
     "TenantNotFound",
     "Timeout",
     "TopicDeleted",
     "TopicNotFound",
+    "UnsafeStore",
     "result_for",
 ]
