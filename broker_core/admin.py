@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from broker_core.config import BrokerConfig
 from broker_core.cursor import Cursor
@@ -61,11 +63,12 @@ class Admin:
         self._ensure_defaults()
 
     @classmethod
-    def open(cls, service_url: str, *, broker_config: BrokerConfig | str | None = None) -> Admin:
+    def open(cls, service_url: str, *, broker_config: BrokerConfig | str | None = None,
+             storage_options: Mapping[str, Any] | None = None) -> Admin:
         """The admin API of a storage root (shared with the process's clients of that root)."""
         from broker_core.broker import Broker  # the broker owns the shared instance
 
-        return Broker.for_url(service_url, broker_config).admin
+        return Broker.for_url(service_url, broker_config, storage_options=storage_options).admin
 
     # -- records ------------------------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ import os
 import re
 import threading
 import tomllib
+from collections.abc import Mapping
+from typing import Any
 
 from broker_core.admin import Admin, topic_dir
 from broker_core.config import BrokerConfig, load_broker_config
@@ -27,7 +29,7 @@ BROKER_CONF_PATH = "_pubsub/broker.toml"
 
 _PATTERN_PREFIX = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/")
 _REGISTRY_LOCK = threading.Lock()
-_BROKERS: dict[tuple[str, BrokerConfig | None], Broker] = {}
+_BROKERS: dict[tuple[str, BrokerConfig | None, tuple[tuple[str, Any], ...]], Broker] = {}
 _TOPIC_LOGS: dict[tuple[str, str], TopicLog] = {}
 _CURSOR_STORES: dict[tuple[str, str, str], CursorStore] = {}
 
@@ -63,12 +65,17 @@ class Broker:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_url(cls, service_url: str, config: BrokerConfig | str | os.PathLike[str] | None = None) -> Broker:
-        """The process's broker for a storage root (created on first use)."""
-        io = file_io_for(service_url)
+    def for_url(cls, service_url: str, config: BrokerConfig | str | os.PathLike[str] | None = None, *,
+                storage_options: Mapping[str, Any] | None = None) -> Broker:
+        """The process's broker for a storage root (created on first use).
+
+        ``storage_options`` configure an object-store root (``aws_endpoint``, credentials, ...; the
+        keys delta-rs uses); brokers of one root opened with different options are separate.
+        """
+        io = file_io_for(service_url, storage_options=storage_options)
         resolved = resolve_config(io, config)
-        io = file_io_for(service_url, fsync=resolved.fsync_enabled)
-        key = (io.root_uri, resolved)
+        io = file_io_for(service_url, fsync=resolved.fsync_enabled, storage_options=storage_options)
+        key = (io.root_uri, resolved, tuple(sorted((storage_options or {}).items())))
         with _REGISTRY_LOCK:
             broker = _BROKERS.get(key)
             if broker is None:

@@ -53,7 +53,7 @@ class PartitionPlanner:
     @property
     def broker(self) -> Broker:
         if self._broker is None:
-            self._broker = Broker.for_url(self.options.root)
+            self._broker = Broker.for_url(self.options.root, storage_options=self.options.storage_options)
         return self._broker
 
     @property
@@ -355,7 +355,8 @@ class PartitionPlanner:
                     task = ScanTask(root=self.options.root, topic_path="/".join(topic.relative_path()),
                                     topic=display, partition=index, ranges=tuple(piece), slot_range=slot_range,
                                     fail_on_data_loss=self.options.fail_on_data_loss, redelivery=counts,
-                                    compacted=None if view is None else (int(view[0]), str(view[1])))
+                                    compacted=None if view is None else (int(view[0]), str(view[1])),
+                                    storage_options=tuple(sorted(self.options.storage_options.items())))
                     out.append(ScanPartition([task]))
         return out
 

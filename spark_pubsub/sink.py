@@ -21,7 +21,7 @@ import os
 import random
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +37,8 @@ from broker_core.hashing import HashingScheme
 from broker_core.naming import TopicName
 from broker_core.routing import SinglePartitionRouter
 from broker_core.segment import CompressionType
+from broker_core.storage import file_io_for
+from broker_core.storage.urls import OBJECT_STORE_SCHEMES
 from broker_core.topic_log import StagedSegment, TopicLog
 from spark_pubsub.options import SinkOptions
 from spark_pubsub.sink_columns import SinkColumns
@@ -89,22 +91,80 @@ def _resolve_topic(broker: Broker, topic: str, *, where: str) -> tuple[str, ...]
     return tuple(str(p) for p in partitions)
 
 
-def default_sink_id(checkpoint_location: str) -> str:
-    """A stable id for the streaming query of a checkpoint: a hash of its absolute location and of
-    the query id Spark keeps in ``<checkpoint>/metadata`` (so a reset checkpoint is a new sink)."""
+def default_sink_id(checkpoint_location: str, storage_options: Mapping[str, str] | None = None) -> str:
+    """A stable id for the streaming query of a checkpoint: a hash of its location and of the query id
+    Spark keeps in ``<checkpoint>/metadata`` (so a reset checkpoint is a new sink).
+
+    The metadata file is read for every scheme: local paths directly, object stores (``s3a://``,
+    ``s3://``, ``gs://``, ``abfss://``) through a FileIO with the sink's storage options, anything
+    else (``dbfs:``, ``hdfs://``) through Spark's own Hadoop file system.  A checkpoint whose metadata
+    cannot be read is an error, not an empty id: an id without the query's would survive a reset
+    checkpoint, and the new query's batches would be skipped as replays.
+    """
     location = checkpoint_location
     local = location.removeprefix("file://") if location.startswith("file://") else location
     local = local.removeprefix("file:")
-    query_id = ""
-    if "://" not in local:
+    if "://" not in local and not _has_scheme(local):
         location = local = os.path.abspath(local)
         try:
             with open(os.path.join(local, "metadata"), encoding="utf-8") as handle:
-                query_id = str(json.loads(handle.readline()).get("id", ""))
-        except (OSError, ValueError, AttributeError):
-            query_id = ""
+                first_line = handle.readline()
+        except OSError:
+            first_line = ""
+    else:
+        first_line = _remote_metadata_line(location.rstrip("/"), storage_options)
+    try:
+        query_id = str(json.loads(first_line).get("id", "")) if first_line else ""
+    except (ValueError, AttributeError):
+        query_id = ""
     digest = hashlib.sha256(f"{location}\n{query_id}".encode()).hexdigest()
     return f"ckpt-{digest[:24]}"
+
+
+def _has_scheme(location: str) -> bool:
+    scheme, sep, _ = location.partition(":")
+    return bool(sep) and len(scheme) > 1 and scheme.isalnum()
+
+
+def _remote_metadata_line(location: str, storage_options: Mapping[str, str] | None) -> str:
+    """The first line of ``<location>/metadata`` on a remote file system ("" if it does not exist)."""
+    scheme = location.partition(":")[0].lower()
+    if scheme in OBJECT_STORE_SCHEMES:
+        data = file_io_for(location, storage_options=storage_options).read_bytes("metadata")
+        return data.decode("utf-8", errors="replace").split("\n", 1)[0] if data else ""
+    return _hadoop_metadata_line(location)
+
+
+def _hadoop_metadata_line(location: str) -> str:
+    """Read through the active SparkSession's Hadoop file system (the driver has one: Spark wrote
+    this checkpoint through it)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise InvalidConfiguration(
+            f"cannot read the checkpoint metadata under {location!r}: no active SparkSession to reach that file "
+            "system; set .option('sinkId', ...) explicitly", option="checkpointLocation",
+        )
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(location + "/metadata")
+        fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        if not fs.exists(path):
+            return ""
+        stream = fs.open(path)
+        try:
+            reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            return str(reader.readLine() or "")
+        finally:
+            stream.close()
+    except Exception as exc:
+        raise InvalidConfiguration(
+            f"cannot read the checkpoint metadata under {location!r} ({type(exc).__name__}); without the query "
+            "id a reset checkpoint would be taken for the old query: fix access or set .option('sinkId', ...)",
+            option="checkpointLocation",
+        ) from None
 
 
 def _single_partition_route(rows: pa.Table, num_partitions: int, *, seed: int,
@@ -142,8 +202,9 @@ class _PubSubWriter:
                 "option topic: say where to write with .option('topic', 'my-topic'), or add a string "
                 "column 'topic' to route each row", option="topic",
             )
-        broker = Broker.for_url(options.root)
         self._root = options.root
+        self._storage = dict(options.storage_options)
+        broker = self._broker()
         self._topic = options.topic
         self._partitions = (_resolve_topic(broker, options.topic, where="option topic")
                             if options.topic else ())
@@ -153,13 +214,17 @@ class _PubSubWriter:
         self._single_partition = options.routing_mode == "SinglePartition"
         self._max_message_size = broker.config.max_message_size
         self._sink_id = self._sink_id_for(options) if streaming else None
-        self._owner = default_sink_id(options.checkpoint_location) if options.checkpoint_location else None
+        self._owner = (default_sink_id(options.checkpoint_location, self._storage)
+                       if options.checkpoint_location else None)
         if self._sink_id is not None:
             self._seed = zlib.crc32(self._sink_id.encode())
             self._producer = options.producer_name or f"spark-sink-{self._sink_id}"
         else:
             self._seed = random.randrange(1 << 30)
             self._producer = options.producer_name or f"spark-batch-{self._seed:08x}"
+
+    def _broker(self) -> Broker:
+        return Broker.for_url(self._root, storage_options=self._storage)
 
     @staticmethod
     def _sink_id_for(options: SinkOptions) -> str:
@@ -177,12 +242,12 @@ class _PubSubWriter:
                 "option sinkId: a streaming write needs .option('checkpointLocation', ...) (or an explicit "
                 ".option('sinkId', ...)) to commit each micro-batch exactly once", option="sinkId",
             )
-        return default_sink_id(options.checkpoint_location)
+        return default_sink_id(options.checkpoint_location, dict(options.storage_options))
 
     # -- executors ------------------------------------------------------------------------------------
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        broker = Broker.for_url(self._root)
+        broker = self._broker()
         buffers: dict[str, list[pa.Table]] = {}
         buffered: dict[str, tuple[int, int]] = {}
         staged: dict[str, list[StagedSegment]] = {}
@@ -268,7 +333,7 @@ class _PubSubWriter:
 
     def _discard(self, messages: Sequence[WriterCommitMessage | None],
                  keep: dict[str, list[StagedSegment]]) -> None:
-        broker = Broker.for_url(self._root)
+        broker = self._broker()
         for internal, segments in _collect(messages).items():
             try:
                 log = _open_log(broker, internal, create=False)
@@ -293,7 +358,7 @@ class PubSubBatchWriter(_PubSubWriter, DataSourceArrowWriter):
         return _PubSubWriter.write(self, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        broker = Broker.for_url(self._root)
+        broker = self._broker()
         for internal, segments in sorted(_collect(messages).items()):
             _open_log(broker, internal).commit_staged(segments)
 
@@ -326,12 +391,12 @@ class PubSubStreamWriter(_PubSubWriter, DataSourceStreamArrowWriter):
         return _PubSubWriter.write(self, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        broker = Broker.for_url(self._root)
+        broker = self._broker()
         commit_staged_once(broker.io, lambda internal: _open_log(broker, internal), _collect(messages),
                            app_id=self.app_id, version=batchId, owner=self._owner)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        broker = Broker.for_url(self._root)
+        broker = self._broker()
         recorded = recorded_staged(broker.io, app_id=self.app_id, version=batchId) or {}
         self._discard(messages, keep=recorded)
 

@@ -13,7 +13,7 @@ import re
 import threading
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker_core.backoff import MultiplierRedeliveryBackoff
@@ -57,6 +57,10 @@ class Client:
             ``_pubsub/broker.toml`` if present, else the built-in defaults.
         clock: time source (tests inject a ``ManualClock``).
         reader_poll_interval_ms: how often a drained reader checks storage for other processes' commits.
+        storage_options: how to reach an object-store root (``s3://bucket/prefix``): the keys delta-rs
+            uses (``aws_endpoint``, ``aws_region``, ``aws_access_key_id``, ...); ``AWS_*`` environment
+            variables fill in the rest.  ``pubsub_single_writer="true"`` accepts a store without
+            conditional puts when exactly one process writes.
         The remaining arguments mirror the official client and are type-checked.
     """
 
@@ -83,6 +87,7 @@ class Client:
         broker_config: BrokerConfig | str | os.PathLike[str] | None = None,
         clock: Clock | None = None,
         reader_poll_interval_ms: int = 10,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         check_type(str, service_url, "service_url")
         check_positive(operation_timeout_seconds, "operation_timeout_seconds")
@@ -107,7 +112,7 @@ class Client:
                 argument="clock",
             )
         check_positive(reader_poll_interval_ms, "reader_poll_interval_ms")
-        self._broker = Broker.for_url(service_url, broker_config)
+        self._broker = Broker.for_url(service_url, broker_config, storage_options=storage_options)
         self._clock: Clock = clock or SYSTEM_CLOCK
         self._poll_ms = reader_poll_interval_ms
         self._closed = False

@@ -71,6 +71,14 @@ def open_object_store(spec: RootSpec, *, wrap: Any = None) -> ObjectStoreFileIO:
         ) from None
     except ValueError as exc:
         raise InvalidUrl(f"cannot open {spec.url}: {scrub(str(exc), spec.storage_options)}", root=spec.url) from None
+    except BaseException as exc:  # obstore panics (pyo3 PanicException) on some malformed configs
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        raise InvalidConfiguration(
+            f"cannot configure the store for {spec.url}: {scrub(str(exc).splitlines()[0], spec.storage_options)}; "
+            f"storage options given: {sorted(redact(spec.storage_options))}",
+            root=spec.url,
+        ) from None
     ops: Any = StoreOps(store)
     if spec.scheme == "memory":
         ops = _PrefixedOps(ops, spec.url.removeprefix("memory://"))

@@ -327,6 +327,13 @@ class ObjectStoreFileIO:
                 root=self._root_uri,
                 path=path,
             )
+        if "NoSuchBucket" in str(exc) or "NoSuchContainer" in str(exc) or "ContainerNotFound" in str(exc):
+            return StorageUnavailable(
+                f"storage {what} of {path!r} failed: the bucket or container of {self._root_uri} does not exist; "
+                "create it or fix the URL",
+                root=self._root_uri,
+                path=path,
+            )
         if "error sending request" in detail or "connect" in detail.lower() or "timed out" in detail:
             return StorageUnavailable(
                 f"storage {what} of {path!r} failed: the endpoint of {self._root_uri} is unreachable; check "

@@ -172,10 +172,17 @@ def obstore_arguments(spec: RootSpec) -> dict[str, Any]:
             raise InvalidConfiguration(
                 f"unknown storage option {key!r}; this library's own options are {', '.join(_OWN_KEYS)}", option=key
             )
-        if key in _CLIENT_KEYS:
-            client[key] = truthy(value) if key in ("allow_http", "allow_invalid_certificates") else value
+        # delta-rs spells HTTP-client settings with the store's prefix (aws_allow_http); obstore wants
+        # them as client options (and panics on aws_allow_http in a store config)
+        plain = key.split("_", 1)[1] if key.startswith(("aws_", "google_", "azure_")) else key
+        if plain in _CLIENT_KEYS:
+            client[plain] = truthy(value) if plain in ("allow_http", "allow_invalid_certificates") else value
         else:
             config[key] = value
+    for plain in ("allow_http", "allow_invalid_certificates"):  # obstore leaves these env variables unread
+        env = os.environ.get(f"AWS_{plain.upper()}") if spec.scheme in ("s3", "s3a") else None
+        if plain not in client and env is not None:
+            client[plain] = truthy(env)
     try:
         max_retries = int(spec.storage_options.get("pubsub_max_retries", "3"))
         retry_timeout_ms = int(spec.storage_options.get("pubsub_retry_timeout_ms", "15000"))
