@@ -10,13 +10,12 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from moto_s3 import MotoS3, start_moto, stop_moto
+from moto_s3 import MotoS3, Root, start_moto, stop_moto
 
 
 @pytest.fixture(scope="session")
@@ -37,23 +36,12 @@ def moto_s3() -> Iterator[MotoS3]:
         stop_moto(server)
 
 
-@dataclass(frozen=True)
-class Root:
-    """A storage root for a test: ``url`` plus the ``storage_options`` to open it with."""
-
-    kind: str
-    url: str
-    storage_options: dict[str, str]
-
-    @property
-    def is_s3(self) -> bool:
-        return self.kind == "s3"
-
-
 @pytest.fixture(params=["local", "s3"])
 def any_root(request: pytest.FixtureRequest, tmp_path: Path) -> Root:
-    """One test, two backends: a fresh folder, and a fresh prefix on the S3 emulator."""
+    """One test, two backends: a fresh folder, and a fresh prefix on the S3 emulator (worker processes
+    reach it through the ``AWS_*`` environment the ``moto_s3`` fixture exports, as a deployment would)."""
     if request.param == "local":
         return Root("local", str(tmp_path / "root"), {})
     server: MotoS3 = request.getfixturevalue("moto_s3")
     return Root("s3", server.fresh_root(), server.storage_options)
+

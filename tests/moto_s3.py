@@ -57,6 +57,19 @@ class MotoS3:
             assert response.status == 200
 
 
+@dataclass(frozen=True)
+class Root:
+    """A storage root for a test: ``url`` plus the ``storage_options`` to open it with."""
+
+    kind: str
+    url: str
+    storage_options: dict[str, str]
+
+    @property
+    def is_s3(self) -> bool:
+        return self.kind == "s3"
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
