@@ -82,6 +82,11 @@ def open_object_store(spec: RootSpec, *, wrap: Any = None) -> ObjectStoreFileIO:
     ops: Any = StoreOps(store)
     if spec.scheme == "memory":
         ops = _PrefixedOps(ops, spec.url.removeprefix("memory://"))
+    profile = spec.storage_options.get("pubsub_simulated_latency")
+    if profile is not None:
+        from broker_core.storage.latency import LatencyOps
+
+        ops = LatencyOps(ops, profile.strip().lower())
     if wrap is not None:
         ops = wrap(ops)
     io = ObjectStoreFileIO(ops, spec.url, storage_options=spec.storage_options,

@@ -30,7 +30,7 @@ _SECRET_MARKERS = ("secret", "token", "password", "key", "sas", "credential", "s
 # object_store's HTTP client settings (the rest of the options configure the store itself)
 _CLIENT_KEYS = ("allow_http", "allow_invalid_certificates", "connect_timeout", "timeout", "proxy_url",
                 "user_agent", "pool_idle_timeout", "http1_only", "http2_only")
-_OWN_KEYS = ("pubsub_single_writer", "pubsub_max_retries", "pubsub_retry_timeout_ms")
+_OWN_KEYS = ("pubsub_single_writer", "pubsub_max_retries", "pubsub_retry_timeout_ms", "pubsub_simulated_latency")
 
 
 @dataclass(frozen=True)

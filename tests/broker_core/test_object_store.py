@@ -193,3 +193,20 @@ def test_requests_are_counted_per_type(io: ObjectStoreFileIO) -> None:
     assert after["GET"] - before["GET"] == 1
     assert after["LIST"] - before["LIST"] == 1
     assert after["PUT"] - before["PUT"] >= 1
+
+
+@pytest.mark.parametrize(("profile", "put_ms", "get_ms"), [("standard", 80, 30), ("express", 10, 10)])
+def test_simulated_latency_profiles_delay_each_request_by_type(profile: str, put_ms: int, get_ms: int) -> None:
+    import time
+
+    io = open_object_store(parse_root(_memory_url(), {"pubsub_simulated_latency": profile}))
+    io._checked.set()  # time single requests, not the first write's conditional-put probe
+    t0 = time.perf_counter()
+    io.replace("a", b"1")
+    t1 = time.perf_counter()
+    io.read_bytes("a")
+    t2 = time.perf_counter()
+    assert put_ms / 1000 <= t1 - t0 < put_ms / 1000 + 0.5
+    assert get_ms / 1000 <= t2 - t1 < get_ms / 1000 + 0.5
+    with pytest.raises(Exception, match="not a profile"):
+        open_object_store(parse_root(_memory_url(), {"pubsub_simulated_latency": "glacier"}))
