@@ -76,11 +76,18 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_moto() -> MotoS3:
-    """Start ``moto_server`` (from the venv next to this interpreter) and create the bucket."""
+def start_moto(*, unauthenticated_actions: int | None = None) -> MotoS3:
+    """Start ``moto_server`` (from the venv next to this interpreter) and create the bucket.
+
+    ``unauthenticated_actions``: enforce IAM after that many requests (moto's
+    ``INITIAL_NO_AUTH_ACTION_COUNT``), so tests can set up users first and then see 403s; the bucket
+    is then not created here."""
     port = _free_port()
     binary = os.path.join(os.path.dirname(sys.executable), "moto_server")
-    process = subprocess.Popen([binary, "-H", "127.0.0.1", "-p", str(port)],
+    env = dict(os.environ)
+    if unauthenticated_actions is not None:
+        env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(unauthenticated_actions)
+    process = subprocess.Popen([binary, "-H", "127.0.0.1", "-p", str(port)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     server = MotoS3(endpoint=f"http://127.0.0.1:{port}", process=process)
     deadline = time.monotonic() + _START_TIMEOUT_S
@@ -95,7 +102,8 @@ def start_moto() -> MotoS3:
                 process.kill()
                 raise RuntimeError("moto_server did not listen within 30 s") from None
             time.sleep(0.05)
-    server.create_bucket(BUCKET)
+    if unauthenticated_actions is None:
+        server.create_bucket(BUCKET)
     return server
 
 

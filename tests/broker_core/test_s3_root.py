@@ -8,15 +8,17 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from broker_core import Client
-from broker_core.errors import BrokerPersistenceError, StorageUnavailable
+from broker_core.errors import BrokerPersistenceError, StorageAccessDenied, StorageUnavailable
 from broker_core.storage import file_io_for
 
 sys.path.insert(0, __file__.rsplit("/tests/", 1)[0] + "/tests")
-from moto_s3 import BUCKET, SECRET_ACCESS_KEY, MotoS3
+from moto_s3 import BUCKET, SECRET_ACCESS_KEY, MotoS3, start_moto, stop_moto
 
 
 def test_produce_consume_ack_on_s3(moto_s3: MotoS3) -> None:
@@ -104,3 +106,45 @@ def test_unknown_store_options_are_refused_by_name(moto_s3: MotoS3) -> None:
 
     with pytest.raises(InvalidConfiguration, match="aws_no_such_option"):
         Client(moto_s3.fresh_root(), storage_options={**moto_s3.storage_options, "aws_no_such_option": "1"})
+
+
+@pytest.fixture(scope="module")
+def moto_with_iam() -> Iterator[tuple[MotoS3, dict[str, str], dict[str, str]]]:
+    """A second emulator that enforces IAM: (server, admin options, read-only user options)."""
+    import boto3
+
+    server = start_moto(unauthenticated_actions=4)
+    try:
+        admin = {"aws_endpoint": server.endpoint, "aws_region": "us-east-1", "aws_allow_http": "true",
+                 "aws_access_key_id": "setup", "aws_secret_access_key": "setup-secret"}
+        kw = {"endpoint_url": server.endpoint, "region_name": "us-east-1", "aws_access_key_id": "setup",
+              "aws_secret_access_key": "setup-secret"}
+        iam = boto3.client("iam", **kw)
+        iam.create_user(UserName="reader")
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        policy = {"Version": "2012-10-17",
+                  "Statement": [{"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"], "Resource": "*"}]}
+        iam.put_user_policy(UserName="reader", PolicyName="read-only", PolicyDocument=json.dumps(policy))
+        boto3.client("s3", **kw).create_bucket(Bucket="iam-bucket")  # the 4th and last unchecked request
+        reader = {**admin, "aws_access_key_id": key["AccessKeyId"], "aws_secret_access_key": key["SecretAccessKey"]}
+        yield server, admin, reader
+    finally:
+        stop_moto(server)
+
+
+def test_wrong_credentials_are_refused_when_the_root_is_opened(moto_with_iam: Any) -> None:
+    _, admin, _ = moto_with_iam
+    wrong = {**admin, "aws_access_key_id": "AKIAWRONGWRONG", "aws_secret_access_key": "wrong-secret-9f8e7d"}
+    with pytest.raises(StorageAccessDenied) as info:
+        Client("s3://iam-bucket/app", storage_options=wrong)
+    assert "s3://iam-bucket/app" in str(info.value) and "wrong-secret-9f8e7d" not in str(info.value)
+
+
+def test_a_read_only_user_gets_a_typed_error_and_nothing_is_written(moto_with_iam: Any) -> None:
+    _, _, reader = moto_with_iam
+    url = f"s3://iam-bucket/{uuid.uuid4().hex[:8]}"
+    io = file_io_for(url, storage_options=reader)  # listing is allowed
+    with pytest.raises(StorageAccessDenied, match="denied") as info:
+        Client(url, storage_options=reader).create_producer("t").send(b"x")
+    assert url in str(info.value) and reader["aws_secret_access_key"] not in str(info.value)
+    assert io.list_dir("") == []  # nothing half-written
