@@ -58,7 +58,7 @@ class PartitionPlanner:
 
     @property
     def lease_ms(self) -> int:
-        return self.options.lease_renew_ms or self.broker.config.consumer_lease_ms
+        return self.options.lease_renew_ms or self.broker.config.consumer_lease_written_ms
 
     def internal_topics(self) -> list[tuple[TopicName, str, int]]:
         """(internal topic, display name, partition index) of every subscribed topic, refreshed for
