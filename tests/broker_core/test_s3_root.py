@@ -148,3 +148,13 @@ def test_a_read_only_user_gets_a_typed_error_and_nothing_is_written(moto_with_ia
         Client(url, storage_options=reader).create_producer("t").send(b"x")
     assert url in str(info.value) and reader["aws_secret_access_key"] not in str(info.value)
     assert io.list_dir("") == []  # nothing half-written
+
+
+def test_a_storage_option_without_a_value_is_a_usage_error_that_does_not_echo_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from broker_core.cli import main
+
+    code = main(["--root", "s3://bucket/p", "--storage-option", "sekrit-token-value",
+                 "topics", "list", "public/default"])
+    err = capsys.readouterr().err
+    assert code == 2 and "KEY=VALUE" in err and "sekrit-token-value" not in err
