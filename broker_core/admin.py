@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
 import time
-import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from broker_core.config import BrokerConfig
 from broker_core.cursor import Cursor
@@ -31,7 +30,6 @@ from broker_core.errors import (
     LogCorrupted,
     NamespaceNotFound,
     NotAllowedError,
-    OperationNotSupported,
     SubscriptionNotFound,
     TenantNotFound,
     TopicNotFound,
@@ -40,14 +38,13 @@ from broker_core.naming import NamespaceName, TopicDomain, TopicName, validate_t
 from broker_core.producer_registry import ProducerRegistry
 from broker_core.schema.registry import SchemaRegistry
 from broker_core.state_store import VersionedState
-from broker_core.storage import FileIO, LocalFileIO
+from broker_core.storage import TRASH_DIR, FileIO
 from broker_core.topic_log import TopicLog
 
 _LOG = logging.getLogger(__name__)
 
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "public/default"
-TRASH_DIR = "_pubsub/trash"
 """Where deleted directories are renamed to (atomically) before they are removed."""
 
 
@@ -73,7 +70,12 @@ class Admin:
 
     @classmethod
     def open(
-        cls, service_url: str, *, broker_config: BrokerConfig | str | None = None, create_root: bool = False
+        cls,
+        service_url: str,
+        *,
+        broker_config: BrokerConfig | str | None = None,
+        create_root: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> Admin:
         """The admin API of a storage root (shared with the process's clients of that root).
 
@@ -81,7 +83,9 @@ class Admin:
         """
         from broker_core.broker import Broker  # the broker owns the shared instance
 
-        return Broker.for_url(service_url, broker_config, create_root=create_root).admin
+        return Broker.for_url(
+            service_url, broker_config, create_root=create_root, storage_options=storage_options
+        ).admin
 
     # -- records ------------------------------------------------------------------------------------
 
@@ -303,26 +307,11 @@ class Admin:
         if not log.create(name=str(name)):
             raise AlreadyExists(f"topic {name} exists already", topic=str(name))
 
-    # -- deletion: a directory leaves in one atomic rename into TRASH_DIR and is removed from there, so
-    # other processes see it whole or gone, and a killed deletion leaves only trash (the next clears it)
+    # -- deletion: ``FileIO.delete_tree`` removes a directory so that other processes see it whole or
+    # gone (locally one rename into TRASH_DIR; on object stores a tombstone, then a prefix delete)
 
     def _trash(self, path: str) -> None:
-        if not isinstance(self.io, LocalFileIO):
-            raise OperationNotSupported("deletion needs atomic directory renames (local storage only)")
-        trash = self.io.abs_path(TRASH_DIR)
-        try:
-            for leftover in os.listdir(trash) if os.path.isdir(trash) else []:
-                shutil.rmtree(os.path.join(trash, leftover), ignore_errors=True)
-            if not os.path.lexists(self.io.abs_path(path)):
-                return
-            os.makedirs(trash, exist_ok=True)
-            target = os.path.join(trash, uuid.uuid4().hex)
-            os.rename(self.io.abs_path(path), target)
-        except FileNotFoundError:
-            return  # another deletion got there first
-        except OSError as exc:
-            raise BrokerPersistenceError(f"cannot delete {path!r}: {exc.strerror or exc}", path=path) from exc
-        shutil.rmtree(target, ignore_errors=True)
+        self.io.delete_tree(path)
 
     def delete_tenant(self, tenant: str) -> None:
         """Delete a tenant without namespaces (``public`` is refused: every open re-creates it)."""

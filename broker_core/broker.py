@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import re
 import threading
+import tomllib
+from collections.abc import Mapping
+from typing import Any
 
 from broker_core.admin import Admin, topic_dir
 from broker_core.config import BrokerConfig, load_broker_config
@@ -28,7 +31,7 @@ BROKER_CONF_PATH = "_pubsub/broker.toml"
 
 _PATTERN_PREFIX = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/")
 _REGISTRY_LOCK = threading.Lock()
-_BROKERS: dict[tuple[str, BrokerConfig | None], Broker] = {}
+_BROKERS: dict[tuple[str, BrokerConfig | None, tuple[tuple[str, Any], ...]], Broker] = {}
 _TOPIC_LOGS: dict[tuple[str, str], TopicLog] = {}
 _CURSOR_STORES: dict[tuple[str, str, str], CursorStore] = {}
 
@@ -39,9 +42,18 @@ def resolve_config(io: FileIO, config: BrokerConfig | str | os.PathLike[str] | N
         return config
     if config is not None:
         return load_broker_config(config)
-    if io.exists(BROKER_CONF_PATH):
-        return load_broker_config(io.abs_path(BROKER_CONF_PATH))
-    return BrokerConfig()
+    if io.is_local:
+        if io.exists(BROKER_CONF_PATH):
+            return load_broker_config(io.abs_path(BROKER_CONF_PATH))
+        return BrokerConfig()
+    data = io.read_bytes(BROKER_CONF_PATH)  # on an object store: one GET, parsed in memory
+    if data is None:
+        return BrokerConfig()
+    try:
+        values = tomllib.loads(data.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidConfiguration(f"{io.abs_path(BROKER_CONF_PATH)} is not valid TOML: {exc}") from exc
+    return load_broker_config(None, **values)
 
 
 class Broker:
@@ -62,16 +74,19 @@ class Broker:
         config: BrokerConfig | str | os.PathLike[str] | None = None,
         *,
         create_root: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> Broker:
         """The process's broker for a storage root (created on first use).
 
         A missing root is ``RootNotFound`` unless ``create_root`` (see ``root_check``).
+        ``storage_options`` configure an object-store root (``aws_endpoint``, credentials, ...; the
+        keys delta-rs uses); brokers of one root opened with different options are separate.
         """
-        io = file_io_for(service_url)
+        io = file_io_for(service_url, storage_options=storage_options)
         open_root(io, service_url, create_root=create_root)
         resolved = resolve_config(io, config)
-        io = file_io_for(service_url, fsync=resolved.fsync_enabled)
-        key = (io.root_uri, resolved)
+        io = file_io_for(service_url, fsync=resolved.fsync_enabled, storage_options=storage_options)
+        key = (io.root_uri, resolved, tuple(sorted((storage_options or {}).items())))
         with _REGISTRY_LOCK:
             broker = _BROKERS.get(key)
             if broker is None:

@@ -242,6 +242,15 @@ class BrokerConfig(BaseModel):
         ge=2,
         description="Slots of AUTO_SPLIT hash ranges (consistent hashing off); a power of two >= 2.",
     )
+    clock_skew_tolerance_ms: int = Field(
+        default=0,
+        validation_alias="clockSkewToleranceMs",
+        serialization_alias="clockSkewToleranceMs",
+        ge=0,
+        description="Clock skew between hosts that leases tolerate: added to every producer and consumer lease "
+        "written, so a host whose clock runs this far ahead still sees a live holder as live (roots shared "
+        "across machines, e.g. on an object store).",
+    )
     fsync_enabled: bool = Field(
         default=True,
         validation_alias="fsyncEnabled",
@@ -271,6 +280,16 @@ class BrokerConfig(BaseModel):
                 f"maxNumPartitionsPerPartitionedTopic = {limit}; lower the first or raise the second"
             )
         return self
+
+    @property
+    def consumer_lease_written_ms(self) -> int:
+        """The consumer lease a holder writes: ``consumerLeaseMs`` plus the clock-skew tolerance."""
+        return self.consumer_lease_ms + self.clock_skew_tolerance_ms
+
+    @property
+    def producer_lease_written_ms(self) -> int:
+        """The producer lease a holder writes: ``producerLeaseMs`` plus the clock-skew tolerance."""
+        return self.producer_lease_ms + self.clock_skew_tolerance_ms
 
 
 # --- error translation -----------------------------------------------------------------------------

@@ -208,6 +208,18 @@ class DirectoryGone(BrokerPersistenceError):
     """
 
 
+class StorageUnavailable(BrokerPersistenceError):
+    """The root's store cannot be reached, or its bucket/container does not exist (``root=`` names it)."""
+
+
+class StorageAccessDenied(BrokerPersistenceError):
+    """The store refused the credentials, or they lack a permission the operation needs."""
+
+
+class UnsafeStore(BrokerPersistenceError):
+    """The store ignores conditional puts, so concurrent writers could overwrite each other's commits."""
+
+
 class LogCorrupted(BrokerPersistenceError):
     """The transaction log is unreadable (a gap, a malformed action, a missing file), or another file
     of a topic or of the root's metadata is damaged; the message names the file and what to do."""
@@ -458,6 +470,8 @@ __all__ = [
     "SchemaNotFound",
     "SegmentCorrupted",
     "ServiceUnitNotReady",
+    "StorageAccessDenied",
+    "StorageUnavailable",
     "SubscriptionNotFound",
     "TenantNotFound",
     "Timeout",
@@ -469,6 +483,7 @@ __all__ = [
     "TransactionCoordinatorNotFoundError",
     "TransactionNotFound",
     "UnknownError",
+    "UnsafeStore",
     "UnsupportedVersionError",
     "result_for",
 ]

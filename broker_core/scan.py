@@ -36,6 +36,8 @@ class ScanTask:
     # readCompacted: (horizon, view file) fixed when the batch was planned; offsets below the horizon
     # are read from that (immutable) compacted view, so a replayed batch reads the same rows
     compacted: tuple[int, str] | None = None
+    # how to reach an object-store root from the task's process (repr=False: may hold credentials)
+    storage_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +61,7 @@ def scan(task: ScanTask, *, max_rows: int = 65_536) -> Iterator[ScanChunk]:
     Raises:
         DataLoss: part of a range was removed by retention and ``fail_on_data_loss`` is set.
     """
-    log = TopicLog(file_io_for(task.root, fsync=False), task.topic_path)
+    log = TopicLog(file_io_for(task.root, fsync=False, storage_options=dict(task.storage_options)), task.topic_path)
     snap = log.snapshot()
     view = None
     if task.compacted is not None:

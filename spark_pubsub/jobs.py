@@ -25,7 +25,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -94,11 +94,12 @@ def _spark_types() -> tuple[Any, Any, Any]:
 
 
 def _task_reader(root: str, project: Callable[[pa.Table, str], pa.Table], schema: pa.Schema,
-                 columns: list[str] | None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+                 columns: list[str] | None, storage: Mapping[str, str] | None = None
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A ``mapInArrow`` function: each input row is a task, each output batch that task's rows."""
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        io = file_io_for(root, fsync=False)
+        io = file_io_for(root, fsync=False, storage_options=storage)
         for batch in batches:
             for row in batch.to_pylist():
                 task = CompactionTask(kind=row["kind"], path=row["path"], base_offset=row["base_offset"],
@@ -136,7 +137,8 @@ def _view_rows(table: pa.Table) -> pa.Table:
 
 
 def latest_per_key_df(spark: SparkSession, root: str, tasks: list[tuple[str, CompactionTask]], *,
-                      retain_null_key: bool = False, parallelism: int | None = None) -> DataFrame:
+                      retain_null_key: bool = False, parallelism: int | None = None,
+                      storage_options: Mapping[str, str] | None = None) -> DataFrame:
     """The compacted view's rows of every planned topic as a DataFrame (``topic_path`` + view columns).
 
     Two scans of the input: the first reads only keys and chunk columns and finds each key's winning
@@ -152,11 +154,13 @@ def latest_per_key_df(spark: SparkSession, root: str, tasks: list[tuple[str, Com
     slices = max(1, min(len(task_rows), parallelism or spark.sparkContext.defaultParallelism * 4))
     task_df = spark.createDataFrame(task_rows, task_schema).repartition(slices)
     ends = task_df.mapInArrow(
-        _task_reader(root, _ends, to_arrow_schema(ends_schema), ["key", "chunk_id", "num_chunks", "offset"]),
+        _task_reader(root, _ends, to_arrow_schema(ends_schema), ["key", "chunk_id", "num_chunks", "offset"],
+                     storage_options),
         ends_schema,
     )
     winners = ends.groupBy("topic_path", "key").agg(F.max("offset").alias("msg_end")).drop("key")
-    rows = task_df.mapInArrow(_task_reader(root, _rows, to_arrow_schema(rows_schema), None), rows_schema)
+    rows = task_df.mapInArrow(_task_reader(root, _rows, to_arrow_schema(rows_schema), None, storage_options),
+                              rows_schema)
     kept = (rows.where(F.col("key").isNotNull()).join(winners, ["topic_path", "msg_end"], "left_semi")
             .where(F.col("value").isNotNull()))
     if retain_null_key:
@@ -166,7 +170,8 @@ def latest_per_key_df(spark: SparkSession, root: str, tasks: list[tuple[str, Com
 
 def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offset: int | None = None,
                        dry_run: bool = False, retain_null_key: bool = False,
-                       parallelism: int | None = None) -> CompactionSummary:
+                       parallelism: int | None = None,
+                       storage_options: Mapping[str, str] | None = None) -> CompactionSummary:
     """``broker_core.compaction.compact_topic`` with the reduction done by Spark.
 
     The driver plans each internal topic (previous view + log slices up to the horizon), Spark reduces
@@ -174,7 +179,7 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
     fit in the driver's memory, as they must in a reader's.
     """
     started = time.monotonic()
-    broker = Broker.for_url(root)
+    broker = Broker.for_url(root, storage_options=storage_options)
     name = TopicName.parse(topic)
     plans: list[tuple[TopicLog, CompactionPlan]] = []
     skipped: list[CompactionResult] = []
@@ -191,7 +196,7 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
     collected = pa.table({"topic_path": pa.array([], pa.string())})
     if tasks:
         collected = latest_per_key_df(spark, root, tasks, retain_null_key=retain_null_key,
-                                      parallelism=parallelism).toArrow()
+                                      parallelism=parallelism, storage_options=storage_options).toArrow()
     results = list(skipped)
     for log, plan in plans:
         mine = collected.filter(pc.equal(collected.column("topic_path"), plan.topic_path))
@@ -224,11 +229,22 @@ def _spark_session(master: str | None, app_name: str) -> Iterator[SparkSession]:
         spark.stop()
 
 
+def _add_storage_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--storage-option", metavar="KEY=VALUE", action="append", default=[],
+                        help="an object-store option (aws_endpoint=...; repeatable); AWS_* variables also apply")
+
+
+def _storage(args: argparse.Namespace) -> dict[str, str]:
+    from broker_core.cli.common import storage_options
+
+    return storage_options(args.storage_option)
+
+
 def _run_compact(args: argparse.Namespace) -> int:
     with _spark_session(args.master, "pubsub-compact") as spark:
         summary = compact_with_spark(spark, args.root, args.topic, up_to_offset=args.up_to_offset,
                                      dry_run=args.dry_run, retain_null_key=args.retain_null_key,
-                                     parallelism=args.parallelism)
+                                     parallelism=args.parallelism, storage_options=_storage(args))
     print(json.dumps(summary.to_json()))
     return 0
 
@@ -247,12 +263,12 @@ def _job_result(broker: Broker, job: str, topic: str, options: dict[str, Any]) -
     return dict(plain(summary.results[0]))
 
 
-def _partition_runner(root: str, job: str, options: dict[str, Any]
+def _partition_runner(root: str, job: str, options: dict[str, Any], storage: Mapping[str, str] | None = None
                       ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A ``mapInArrow`` function: each input row names an internal topic, each output row its result."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        broker = Broker.for_url(root)
+        broker = Broker.for_url(root, storage_options=storage)
         for batch in batches:
             topics = batch.column(0).to_pylist()
             results = [json.dumps(_job_result(broker, job, t, options)) for t in topics]
@@ -278,7 +294,8 @@ def _fail_fast(job: str, options: dict[str, Any]) -> None:
 
 
 def run_per_partition(spark: SparkSession, root: str, job: str, target: str | TopicName, *,
-                      options: dict[str, Any], parallelism: int | None = None) -> dict[str, Any]:
+                      options: dict[str, Any], parallelism: int | None = None,
+                      storage_options: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Run ``retention``, ``ttl``, ``merge-segments`` or ``vacuum`` on every internal topic of ``target``
     (a ``TopicName`` or a ``tenant/namespace``), one Spark task per internal topic; a summary like
     ``pubsub --json``.
@@ -290,7 +307,7 @@ def run_per_partition(spark: SparkSession, root: str, job: str, target: str | To
     from broker_core.jobs.retention import durable_cursors
 
     started = time.monotonic()
-    broker = Broker.for_url(root)
+    broker = Broker.for_url(root, storage_options=storage_options)
     name, partitions = resolve_targets(broker, target)
     options = {"now_ms": time.time_ns() // 1_000_000, **options}
     _fail_fast(job, options)
@@ -303,7 +320,7 @@ def run_per_partition(spark: SparkSession, root: str, job: str, target: str | To
     if partitions:
         slices = max(1, min(len(partitions), parallelism or spark.sparkContext.defaultParallelism))
         frame = spark.createDataFrame([(str(p),) for p in partitions], "topic string").repartition(slices)
-        runner = _partition_runner(root, job, options)
+        runner = _partition_runner(root, job, options, storage_options)
         rows = frame.mapInArrow(runner, "topic string, result string").collect()
     results = sorted((json.loads(row["result"]) for row in rows), key=lambda r: r["topic"])
     return {"job": job, "target": name, "dryRun": options["dry_run"], "results": results,
@@ -328,7 +345,7 @@ def _run_library_job(args: argparse.Namespace) -> int:
     with _spark_session(args.master, f"pubsub-{args.command}") as spark:
         target = TopicName.parse(args.topic) if args.topic else args.namespace
         summary = run_per_partition(spark, args.root, args.command, target, options=options,
-                                    parallelism=args.parallelism)
+                                    parallelism=args.parallelism, storage_options=_storage(args))
     print(json.dumps(summary))
     return 0
 
@@ -345,7 +362,8 @@ def _add_library_jobs(commands: Any) -> None:
              "vacuum": "delete removed and orphan segment files"}
     for job, text in helps.items():
         parser = commands.add_parser(job, help=text, description=f"{text} (a dry run unless --execute)")
-        parser.add_argument("--root", required=True, help="the storage root (a folder or file:// URL)")
+        parser.add_argument("--root", required=True, help="the storage root (a folder, file:// or s3:// URL)")
+        _add_storage_option(parser)
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument("--topic", help="a topic (every partition)")
         target.add_argument("--namespace", metavar="TENANT/NAMESPACE", help="every persistent topic of it")
@@ -381,7 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     compact = commands.add_parser("compact", help="topic compaction: the latest message per key")
-    compact.add_argument("--root", required=True, help="the storage root (a folder or file:// URL)")
+    compact.add_argument("--root", required=True, help="the storage root (a folder, file:// or s3:// URL)")
+    _add_storage_option(compact)
     compact.add_argument("--topic", required=True, help="topic; a partitioned topic compacts every partition")
     compact.add_argument("--up-to-offset", type=int, default=None,
                          help="the horizon (default: each partition's end offset when the job starts)")

@@ -298,7 +298,8 @@ class PartitionPlanner(TopicResolver):
                     task = ScanTask(root=self.options.root, topic_path="/".join(topic.relative_path()),
                                     topic=display, partition=index, ranges=tuple(piece), slot_range=slot_range,
                                     fail_on_data_loss=self.options.fail_on_data_loss, redelivery=counts,
-                                    compacted=None if view is None else (int(view[0]), str(view[1])))
+                                    compacted=None if view is None else (int(view[0]), str(view[1])),
+                                    storage_options=tuple(sorted(self.options.storage_options.items())))
                     out.append(ScanPartition([task], include_headers=self.options.include_headers))
         return out
 

@@ -18,6 +18,8 @@ from broker_core.errors import InvalidConfiguration
 
 # Options Spark itself adds to a data source's options; accepted and ignored.
 _SPARK_KEYS = {"path", "checkpointlocation", "queryname"}
+STORAGE_PREFIX = "storage."
+STORAGE_FIELD = "storage.*"
 
 
 class _Options(BaseModel):
@@ -26,6 +28,9 @@ class _Options(BaseModel):
     service_url: str | None = Field(None, alias="serviceurl", title="serviceUrl")
     path: str | None = Field(None, alias="path", title="path")
     topic: str | None = Field(None, alias="topic", title="topic")
+    # ``.option("storage.aws_endpoint", ...)``: passed to the object store (the way Kafka's connector
+    # passes ``kafka.*``); repr=False keeps credentials out of reprs and logs
+    storage_options: dict[str, str] = Field(default_factory=dict, alias=STORAGE_FIELD, title="storage.*", repr=False)
 
     @property
     def root(self) -> str:
@@ -280,7 +285,10 @@ def parse_options(model: type[_Options], options: Mapping[str, str]) -> Any:
     Kafka connector names (``ALIASES``) fill the field they mean; an error about such a value names
     the option as the user wrote it.  Unknown names get the nearest valid one as a suggestion.
     """
-    values = {k.lower(): v for k, v in options.items()}
+    values: dict[str, Any] = {k.lower(): v for k, v in options.items()}
+    storage = {k[len(STORAGE_PREFIX):]: values.pop(k) for k in list(values) if k.startswith(STORAGE_PREFIX)}
+    if any(not key for key in storage):
+        raise InvalidConfiguration("option 'storage.' names no storage option; use e.g. storage.aws_endpoint")
     known = {f.alias for f in model.model_fields.values()}
     spelled: dict[str, str] = {}  # model alias -> the name the user used, when it was a Kafka alias
     for key in list(values):
@@ -299,6 +307,7 @@ def parse_options(model: type[_Options], options: Mapping[str, str]) -> Any:
             )
         values[alias.target] = alias.convert(values.pop(key))
         spelled[alias.target] = alias.title
+    values[STORAGE_FIELD] = storage
     try:
         return model.model_validate(values)
     except ValidationError as exc:

@@ -15,9 +15,6 @@ the query id recorded in it), so one checkpoint is one sink.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
-import os
 import random
 import time
 import zlib
@@ -40,6 +37,7 @@ from broker_core.segment import CompressionType
 from broker_core.topic_log import StagedSegment, TopicLog
 from spark_pubsub.options import SinkOptions
 from spark_pubsub.sink_columns import SinkColumns, sequence_base
+from spark_pubsub.sink_identity import default_sink_id
 from spark_pubsub.typed_values import binary_value_schema, is_typed_value, plan_write
 from spark_pubsub.worker_import import WorkerImportable
 
@@ -91,24 +89,6 @@ def _resolve_topic(broker: Broker, topic: str, *, where: str) -> tuple[str, ...]
     return tuple(str(p) for p in partitions)
 
 
-def default_sink_id(checkpoint_location: str) -> str:
-    """A stable id for the streaming query of a checkpoint: a hash of its absolute location and of
-    the query id Spark keeps in ``<checkpoint>/metadata`` (so a reset checkpoint is a new sink)."""
-    location = checkpoint_location
-    local = location.removeprefix("file://") if location.startswith("file://") else location
-    local = local.removeprefix("file:")
-    query_id = ""
-    if "://" not in local:
-        location = local = os.path.abspath(local)
-        try:
-            with open(os.path.join(local, "metadata"), encoding="utf-8") as handle:
-                query_id = str(json.loads(handle.readline()).get("id", ""))
-        except (OSError, ValueError, AttributeError):
-            query_id = ""
-    digest = hashlib.sha256(f"{location}\n{query_id}".encode()).hexdigest()
-    return f"ckpt-{digest[:24]}"
-
-
 def _task_sequence_base() -> int:
     """The first sequence id of this write task (``sink_columns.sequence_base``): the micro-batch id
     Spark sets as a local property of streaming tasks (0 for a batch write) and the task's partition."""
@@ -156,8 +136,12 @@ class _PubSubWriter:
                 "option topic: say where to write with .option('topic', 'my-topic'), or add a string "
                 "column 'topic' to route each row", option="topic",
             )
-        broker = Broker.for_url(options.root, create_root=options.create_root)
+        # the driver opens the root once, creating it only on request (createRoot)
+        Broker.for_url(options.root, create_root=options.create_root,
+                       storage_options=dict(options.storage_options))
         self._root = options.root
+        self._storage = dict(options.storage_options)
+        broker = self._broker()
         self._topic = options.topic
         self._partitions = (_resolve_topic(broker, options.topic, where="option topic")
                             if options.topic else ())
@@ -167,7 +151,8 @@ class _PubSubWriter:
         self._single_partition = options.routing_mode == "SinglePartition"
         self._max_message_size = broker.config.max_message_size
         self._sink_id = self._sink_id_for(options) if streaming else None
-        self._owner = default_sink_id(options.checkpoint_location) if options.checkpoint_location else None
+        self._owner = (default_sink_id(options.checkpoint_location, self._storage)
+                       if options.checkpoint_location else None)
         if self._sink_id is not None:
             self._seed = zlib.crc32(self._sink_id.encode())
             self._producer = options.producer_name or f"spark-sink-{self._sink_id}"
@@ -175,7 +160,11 @@ class _PubSubWriter:
             self._seed = random.randrange(1 << 30)
             self._producer = options.producer_name or f"spark-batch-{self._seed:08x}"
         # last: registering a schema is the one write the driver makes, after every check passed
-        self._typed = plan_write(options.root, options.topic, schema)  # a struct value: docs/SPARK.md
+        # a struct value: docs/SPARK.md
+        self._typed = plan_write(options.root, options.topic, schema, storage_options=self._storage)
+
+    def _broker(self) -> Broker:
+        return Broker.for_url(self._root, storage_options=self._storage)
 
     @staticmethod
     def _sink_id_for(options: SinkOptions) -> str:
@@ -193,12 +182,12 @@ class _PubSubWriter:
                 "option sinkId: a streaming write needs .option('checkpointLocation', ...) (or an explicit "
                 ".option('sinkId', ...)) to commit each micro-batch exactly once", option="sinkId",
             )
-        return default_sink_id(options.checkpoint_location)
+        return default_sink_id(options.checkpoint_location, dict(options.storage_options))
 
     # -- executors ------------------------------------------------------------------------------------
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        broker = Broker.for_url(self._root)
+        broker = self._broker()
         next_sequence_id = _task_sequence_base()
         buffers: dict[str, list[pa.Table]] = {}
         buffered: dict[str, tuple[int, int]] = {}
@@ -291,7 +280,7 @@ class _PubSubWriter:
 
     def _discard(self, messages: Sequence[WriterCommitMessage | None],
                  keep: dict[str, list[StagedSegment]]) -> None:
-        broker = Broker.for_url(self._root)
+        broker = self._broker()
         for internal, segments in _collect(messages).items():
             try:
                 log = _open_log(broker, internal, create=False)
@@ -316,7 +305,7 @@ class PubSubBatchWriter(_PubSubWriter, DataSourceArrowWriter, metaclass=WorkerIm
         return _PubSubWriter.write(self, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        broker = Broker.for_url(self._root)
+        broker = self._broker()
         for internal, segments in sorted(_collect(messages).items()):
             _open_log(broker, internal).commit_staged(segments)
 
@@ -349,12 +338,12 @@ class PubSubStreamWriter(_PubSubWriter, DataSourceStreamArrowWriter, metaclass=W
         return _PubSubWriter.write(self, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        broker = Broker.for_url(self._root)
+        broker = self._broker()
         commit_staged_once(broker.io, lambda internal: _open_log(broker, internal), _collect(messages),
                            app_id=self.app_id, version=batchId, owner=self._owner)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        broker = Broker.for_url(self._root)
+        broker = self._broker()
         recorded = recorded_staged(broker.io, app_id=self.app_id, version=batchId) or {}
         self._discard(messages, keep=recorded)
 

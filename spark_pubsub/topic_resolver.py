@@ -42,7 +42,7 @@ class TopicResolver:
     @property
     def broker(self) -> Broker:
         if self._broker is None:
-            self._broker = Broker.for_url(self.options.root)
+            self._broker = Broker.for_url(self.options.root, storage_options=self.options.storage_options)
         return self._broker
 
     @property

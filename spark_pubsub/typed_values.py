@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,7 @@ class TypedRead:
 
     root: str
     reader_text: str  # the reader SchemaInfo's JSON document
+    storage: tuple[tuple[str, str], ...] = ()  # the root's storage_options (an object-store root)
 
     @property
     def reader(self) -> SchemaInfo:
@@ -69,7 +71,7 @@ class TypedRead:
     def apply(self, batch: pa.RecordBatch, rows: pa.Table, topic: str) -> pa.RecordBatch:
         """Replace the binary value column of a source batch by its typed decoding."""
         reader, _, target = _reader_types(self.reader_text)
-        registry = Broker.for_url(self.root).schemas.registry(topic)
+        registry = Broker.for_url(self.root, storage_options=dict(self.storage)).schemas.registry(topic)
         typed = decode_column(batch.column("value"), rows.column("schema_version"), reader=reader,
                               writer_of=registry.get, keys=rows.column("key"))
         value_field = target.field("value")
@@ -87,14 +89,16 @@ def read_plan(options: Any) -> TypedRead | None:
     if options.value_format == "binary":
         return None
     planner = PartitionPlanner(options)
-    return resolve_read(options.value_format, options.root, [t for t, _, _ in planner.internal_topics()])
+    return resolve_read(options.value_format, options.root, [t for t, _, _ in planner.internal_topics()],
+                        storage_options=options.storage_options)
 
 
-def resolve_read(value_format: str, root: str, topics: list[TopicName]) -> TypedRead | None:
+def resolve_read(value_format: str, root: str, topics: list[TopicName], *,
+                 storage_options: Mapping[str, str] | None = None) -> TypedRead | None:
     """The typed read of ``topics`` (None: read binary), or an error naming the topic that differs."""
     if value_format == "binary":
         return None
-    broker = Broker.for_url(root)
+    broker = Broker.for_url(root, storage_options=storage_options)
     bases = list(dict.fromkeys(t.partitioned_topic_name for t in topics))
     live = {str(b): broker.schemas.registry(b).live() for b in bases}
     typed = {name: versions for name, versions in live.items() if versions and versions[-1][1].type not in UNTYPED}
@@ -118,7 +122,8 @@ def resolve_read(value_format: str, root: str, topics: list[TopicName]) -> Typed
     for owner, candidate in candidates:
         problem = _first_unreadable(candidate, typed)
         if problem is None:
-            return TypedRead(root, json.dumps(candidate.to_json(), sort_keys=True))
+            return TypedRead(root, json.dumps(candidate.to_json(), sort_keys=True),
+                             tuple(sorted((storage_options or {}).items())))
         problems.append(f"the schema of topic {owner} cannot read {problem}")
     raise InvalidConfiguration(f"option valueFormat={value_format}: no one schema reads every topic: {problems[0]}; "
                                "read the topics separately or with .option('valueFormat', 'binary')",
@@ -172,7 +177,8 @@ def is_typed_value(schema: StructType) -> bool:
     return value is not None and value.typeName() not in ("binary", "string", "null")
 
 
-def plan_write(root: str, topic: str | None, schema: StructType) -> TypedWrite | None:
+def plan_write(root: str, topic: str | None, schema: StructType, *,
+               storage_options: Mapping[str, str] | None = None) -> TypedWrite | None:
     """Check (and register, if the policy allows) the schema a typed ``value`` column is written with."""
     if not is_typed_value(schema):
         return None
@@ -180,7 +186,7 @@ def plan_write(root: str, topic: str | None, schema: StructType) -> TypedWrite |
         raise InvalidConfiguration("a typed (struct) 'value' column needs .option('topic', ...): the topic's "
                                    "schema encodes it", option="topic")
     value_arrow = to_arrow_schema(StructType([f for f in schema.fields if f.name == "value"])).field("value").type
-    broker = Broker.for_url(root)
+    broker = Broker.for_url(root, storage_options=storage_options)
     name = TopicName.parse(topic)
     latest = broker.schemas.registry(name).latest()
     if latest is not None and latest[1].type not in UNTYPED:

@@ -59,7 +59,14 @@ def common_options() -> CliParser:
         "--root",
         metavar="DIR",
         default=argparse.SUPPRESS,
-        help=f"the storage root: a folder or file:// URL (default: ${ROOT_ENV})",
+        help=f"the storage root: a folder, file:// URL or s3://bucket/prefix (default: ${ROOT_ENV})",
+    )
+    group.add_argument(
+        "--storage-option",
+        metavar="KEY=VALUE",
+        action="append",
+        default=argparse.SUPPRESS,
+        help="an object-store option (aws_endpoint=..., aws_region=...; repeatable); AWS_* variables also apply",
     )
     group.add_argument(
         "--config",
@@ -109,6 +116,19 @@ def add_group(subparsers: Any, name: str, *, help: str, description: str | None 
     return parser.add_subparsers(dest=f"{name}_command", metavar="COMMAND", required=True)
 
 
+def storage_options(pairs: list[str] | None) -> dict[str, str]:
+    """``--storage-option KEY=VALUE`` pairs as a dict (a pair without ``=`` is a usage error; its
+    value is not echoed, it may be a secret)."""
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError("--storage-option takes KEY=VALUE (e.g. aws_endpoint=http://127.0.0.1:9000); "
+                             "one was given without '=' or without a key")
+        out[key.strip()] = value
+    return out
+
+
 class Context:
     """The parsed arguments and, opened on first use, the storage root's broker."""
 
@@ -132,7 +152,10 @@ class Context:
             if not root:
                 raise UsageError(f"no storage root: pass --root DIR or set {ROOT_ENV}")
             self._broker = Broker.for_url(
-                root, getattr(self.args, "config", None), create_root=bool(getattr(self.args, "create_root", False))
+                root,
+                getattr(self.args, "config", None),
+                create_root=bool(getattr(self.args, "create_root", False)),
+                storage_options=storage_options(getattr(self.args, "storage_option", None)),
             )
         return self._broker
 

@@ -13,7 +13,7 @@ import re
 import threading
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker_core.authentication import check_authentication
@@ -63,6 +63,10 @@ class Client:
         reader_poll_interval_ms: how often a drained reader checks storage for other processes' commits.
         create_root: create the storage root if it does not exist; by default a missing root is
             ``RootNotFound`` (a typo in the path must not make a new, empty root).
+        storage_options: how to reach an object-store root (``s3://bucket/prefix``): the keys delta-rs
+            uses (``aws_endpoint``, ``aws_region``, ``aws_access_key_id``, ...); ``AWS_*`` environment
+            variables fill in the rest.  ``pubsub_single_writer="true"`` accepts a store without
+            conditional puts when exactly one process writes.
         The remaining arguments mirror the official client and are type-checked.
     """
 
@@ -90,6 +94,7 @@ class Client:
         clock: Clock | None = None,
         reader_poll_interval_ms: int = 10,
         create_root: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         check_type(str, service_url, "service_url")
         check_authentication(authentication)  # warns: nobody authenticates here
@@ -117,7 +122,9 @@ class Client:
             )
         check_positive(reader_poll_interval_ms, "reader_poll_interval_ms")
         check_type(bool, create_root, "create_root")
-        self._broker = Broker.for_url(service_url, broker_config, create_root=create_root)
+        self._broker = Broker.for_url(
+            service_url, broker_config, create_root=create_root, storage_options=storage_options
+        )
         self._clock: Clock = clock or SYSTEM_CLOCK
         self._poll_ms = reader_poll_interval_ms
         self._closed = False

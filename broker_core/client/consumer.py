@@ -93,7 +93,7 @@ class Consumer(ConsumerBase):
         self._discovery_period_s = discovery_period_s
         self._decryptor = decryptor or MessageDecryptor(None, None)  # encrypted messages: broker_core/crypto.py
         config = client._broker.config
-        self._lease_ms = config.consumer_lease_ms
+        self._lease_ms = config.consumer_lease_written_ms
         self._delayed = config.delayed_delivery_enabled and consumer_type in (
             ConsumerType.Shared,
             ConsumerType.KeyShared,

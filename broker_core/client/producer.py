@@ -115,7 +115,7 @@ class Producer(ProducerSender):
         # backlog quota: checked before every commit (policies and status each cached <= 1 s)
         self._quota = BacklogQuotaGuard(client._broker, topic, clock=client._clock)
         self._partition_names = list(partitions)
-        self._lease_ms = config.producer_lease_ms
+        self._lease_ms = config.producer_lease_written_ms
         self._clock = client._clock
         self._lock = threading.RLock()  # the send path enters it directly: Condition's __enter__ is Python
         self._cond = threading.Condition(self._lock)

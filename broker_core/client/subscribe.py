@@ -120,7 +120,7 @@ def _parts_for(
             return snap.first_offset if initial_position == InitialPosition.Earliest else snap.next_offset
 
         try:
-            part.join(now_ms=client._clock.now_ms(), lease_ms=broker.config.consumer_lease_ms,
+            part.join(now_ms=client._clock.now_ms(), lease_ms=broker.config.consumer_lease_written_ms,
                       initial_offset=initial, auto_create=broker.config.allow_auto_subscription_creation)
         except BaseException:
             for joined in parts:

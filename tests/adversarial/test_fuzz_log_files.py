@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker_core import PulsarException
-from broker_core import storage as storage_module
 from broker_core.broker import Broker
 from broker_core.config import BrokerConfig
 from broker_core.cursor_store import CursorStore
@@ -30,6 +29,7 @@ from broker_core.jobs.check import check_topic
 from broker_core.scan import ScanTask, scan
 from broker_core.segment import SEGMENT_SCHEMA
 from broker_core.storage import LocalFileIO
+from broker_core.storage import local as storage_module
 from broker_core.topic_log import TopicLog
 
 T = "persistent://public/default/t"

@@ -22,7 +22,7 @@ from log_helpers import TOPIC_DIR, segment_table
 
 from broker_core.compaction import compact_internal_topic
 from broker_core.segment import encode_segment
-from broker_core.storage import LocalFileIO
+from broker_core.storage import file_io_for
 from broker_core.topic_log import TopicLog
 
 
@@ -34,7 +34,7 @@ def emit(line: str) -> None:
 def main() -> None:
     root, seed = sys.argv[1], int(sys.argv[2])
     rng = random.Random(seed)
-    log = TopicLog(LocalFileIO(root), TOPIC_DIR)
+    log = TopicLog(file_io_for(root), TOPIC_DIR)  # a folder, or s3:// through the AWS_* environment
     compact_internal_topic(log, "t", dry_run=True)  # warm up: the first run pays for lazy imports
     encode_segment(segment_table([{"key": "k", "value": b"v"}]))
     emit("ready")

@@ -7,7 +7,8 @@ printed and flushed, then the process leaves with ``os._exit(0)`` before that ca
 Args (JSON): ``path`` (the table directory), ``app_ids`` (txn app ids to look up), ``rows``
 (include every row, not only the summary), ``version`` (time-travel to a version); and, before
 reading, ``append_foreign`` (append a row with ``write_deltalake``) and ``create_checkpoint``
-(let deltalake write a checkpoint of the latest version).
+(let deltalake write a checkpoint of the latest version); ``storage_options`` for a table on an
+object store (the same dict the client takes).
 """
 
 from __future__ import annotations
@@ -61,10 +62,11 @@ def main() -> None:
 
         row = {name: None for name in SEGMENT_SCHEMA.names}
         row.update(value=b"foreign", sticky_key_hash=0, publish_time=0)
-        write_deltalake(args["path"], pa.Table.from_pylist([row], schema=SEGMENT_SCHEMA), mode="append")
+        write_deltalake(args["path"], pa.Table.from_pylist([row], schema=SEGMENT_SCHEMA), mode="append",
+                        storage_options=args.get("storage_options"))
     if args.get("create_checkpoint"):
-        DeltaTable(args["path"]).create_checkpoint()
-    dt = DeltaTable(args["path"], version=args.get("version"))
+        DeltaTable(args["path"], storage_options=args.get("storage_options")).create_checkpoint()
+    dt = DeltaTable(args["path"], version=args.get("version"), storage_options=args.get("storage_options"))
     table = dt.to_pyarrow_table()
     out: dict[str, Any] = {
         "version": dt.version(),

@@ -57,7 +57,8 @@ WORKER = Path(__file__)
 # --- helpers shared by the test modules ---------------------------------------------------------------
 
 
-def make_broker(root: Path, **config: Any) -> Broker:
+def make_broker(root: Path | str, **config: Any) -> Broker:
+    """The broker of ``root``: a folder, or an ``s3://`` URL reached through the ``AWS_*`` environment."""
     return Broker.for_url(str(root), BrokerConfig(fsync_enabled=False, **config), create_root=True)
 
 
@@ -119,9 +120,10 @@ def topic_path(root: Path, topic: str = T) -> Path:
     return root.joinpath(*TopicName.parse(topic).relative_path())
 
 
-def probe(*paths: Path, app_ids: Iterable[str] = ()) -> list[dict[str, Any]]:
+def probe(*paths: Path | str, app_ids: Iterable[str] = (),
+          storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """What deltalake reads in each table directory (run in a subprocess, see ``probe`` mode)."""
-    args = {"paths": [str(p) for p in paths], "app_ids": list(app_ids)}
+    args = {"paths": [str(p) for p in paths], "app_ids": list(app_ids), "storage_options": storage_options or None}
     out = subprocess.run(
         [sys.executable, str(WORKER), "probe", json.dumps(args)],
         capture_output=True,
@@ -222,7 +224,7 @@ def probe_main(args: dict[str, Any]) -> None:
 
     for path in args["paths"]:
         try:
-            dt = DeltaTable(path)
+            dt = DeltaTable(path, storage_options=args.get("storage_options"))
             table = dt.to_pyarrow_table()
             values = sorted(v.decode() for v in table.column("value").to_pylist())
             out: dict[str, Any] = {

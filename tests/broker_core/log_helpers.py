@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from broker_core.hashing import sticky_key_hash
 from broker_core.segment import SEGMENT_SCHEMA, TIMESTAMP
-from broker_core.storage import LocalFileIO
+from broker_core.storage import file_io_for
 from broker_core.topic_log import TopicLog
 
 TOPIC_DIR = "public/default/persistent/t"
@@ -113,8 +113,9 @@ def open_topic(
     fsync: bool = True,
     create: bool = True,
 ) -> TopicLog:
-    """A ``TopicLog`` on ``root`` (a ``tmp_path`` or str), created unless ``create`` is False."""
-    topic = TopicLog(LocalFileIO(str(root), fsync=fsync), path, checkpoint_interval=checkpoint_interval)
+    """A ``TopicLog`` on ``root`` (a ``tmp_path``, a folder or an ``s3://`` URL reached through the
+    ``AWS_*`` environment), created unless ``create`` is False."""
+    topic = TopicLog(file_io_for(str(root), fsync=fsync), path, checkpoint_interval=checkpoint_interval)
     if create:
         topic.create(name=f"persistent://public/default/{path.rsplit('/', 1)[-1]}")
     return topic

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 import sys
-from pathlib import Path
 
 from jobs_worker import T, make_broker
 from log_helpers import producer_table
@@ -31,7 +30,7 @@ def emit(line: str) -> None:
 
 def main() -> None:
     mode, root, arg = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    broker = make_broker(Path(root))
+    broker = make_broker(root)
     log = broker.topic_log(TopicName.parse(T), create=False)
     log.snapshot()
     if mode == "append":

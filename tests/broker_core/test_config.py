@@ -225,3 +225,30 @@ def test_validation_error_message_is_reusable_for_other_models() -> None:
     # Without the model it still names the key and the value.
     bare = validation_error_message(info.value, source="x")
     assert "pollIntervalMs = 5" in bare
+
+
+def test_clock_skew_tolerance_is_added_to_the_leases_written() -> None:
+    config = load_broker_config(None, clockSkewToleranceMs=2_000, consumerLeaseMs=10_000, producerLeaseMs=6_000)
+    assert (config.consumer_lease_written_ms, config.producer_lease_written_ms) == (12_000, 8_000)
+    assert BrokerConfig().consumer_lease_written_ms == BrokerConfig().consumer_lease_ms
+    with pytest.raises(InvalidConfiguration, match="clockSkewToleranceMs"):
+        load_broker_config(None, clockSkewToleranceMs=-1)
+
+
+def test_a_consumer_lease_survives_an_observer_clock_running_ahead_by_the_tolerance(tmp_path: Path) -> None:
+    from broker_core import Client
+    from broker_core.broker import Broker
+    from broker_core.config import BrokerConfig
+    from broker_core.naming import TopicName
+
+    config = BrokerConfig(consumer_lease_ms=1_000, clock_skew_tolerance_ms=5_000, fsync_enabled=False)
+    client = Client(str(tmp_path), broker_config=config)
+    try:
+        client.subscribe("t", "s", consumer_name="c1")
+        _, cursor = Broker.for_url(str(tmp_path), config).cursor_store(TopicName.parse("t"), "s").load()
+        assert cursor is not None
+        written = cursor.consumers["c1"].lease_expires_ms
+        # an observer 4 s ahead of the writer (more than the lease, less than lease + tolerance): still live
+        assert "c1" in cursor.live_consumers(written - 6_000 + 4_000)
+    finally:
+        client.close()

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pytest
 from delta_probe import values_digest
 from log_helpers import TOPIC_DIR, open_topic, producer_table, read_all
+from moto_s3 import Root
 
 from broker_core.errors import ProducerFenced
 from broker_core.log.checkpoint import LOG_DIR
@@ -113,9 +114,10 @@ def _acks(lines: list[str]) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for kind, a, b in (line.split() for line in lines if line.startswith("ack "))]
 
 
-def _probe(root: Path) -> dict[str, Any]:
+def _probe(root: Path | str, storage_options: dict[str, str] | None = None) -> dict[str, Any]:
+    args = {"path": f"{root}/{TOPIC_DIR}", "storage_options": storage_options or None}
     proc = subprocess.run(
-        [sys.executable, str(PROBE), json.dumps({"path": str(root / TOPIC_DIR)})],
+        [sys.executable, str(PROBE), json.dumps(args)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -144,18 +146,19 @@ def _check_ids_dense(topic: TopicLog, offsets: np.ndarray) -> None:
 
 
 @pytest.mark.slow
-def test_four_processes_appending_to_one_topic(tmp_path: Path) -> None:
-    open_topic(tmp_path)
-    writers, per_writer = 4, 25_000
+def test_four_processes_appending_to_one_topic(any_root: Root) -> None:
+    root = any_root.url
+    open_topic(root)
+    writers, per_writer = 4, 5_000 if any_root.is_s3 else 25_000
     workers = [
         Worker(
             "append",
-            root=str(tmp_path),
+            root=root,
             path=TOPIC_DIR,
             producer=f"w{i}",
             start=0,
             count=per_writer,
-            max_rows=500,
+            max_rows=100 if any_root.is_s3 else 500,
             seed=i,
             checkpoint_interval=100,
             acks=False,
@@ -171,15 +174,15 @@ def test_four_processes_appending_to_one_topic(tmp_path: Path) -> None:
     assert sum(s["written"] for s in summaries) == writers * per_writer
     assert sum(s["lost_races"] for s in summaries) > 0, "the writers never raced: no conflict was exercised"
 
-    topic = open_topic(tmp_path, create=False)
+    topic = open_topic(root, create=False)
     snap = topic.snapshot()
     total = writers * per_writer
     # one commit per append, dense versions, nothing lost or doubled
     assert snap.version == sum(s["appends"] for s in summaries)
-    log_dir = tmp_path / TOPIC_DIR / LOG_DIR
-    commits = sorted(p.name for p in log_dir.glob("*.json"))
+    log_files = topic.io.list_dir(f"{TOPIC_DIR}/{LOG_DIR}")
+    commits = sorted(name for name in log_files if name.endswith(".json"))
     assert commits == [f"{v:020d}.json" for v in range(snap.version + 1)]
-    checkpoints = {int(p.name[:20]) for p in log_dir.glob("*.checkpoint.parquet")}
+    checkpoints = {int(name[:20]) for name in log_files if name.endswith(".checkpoint.parquet")}
     assert checkpoints >= set(range(100, snap.version + 1, 100))  # written under contention
     assert (snap.first_offset, snap.next_offset) == (0, total)
 
@@ -194,7 +197,7 @@ def test_four_processes_appending_to_one_topic(tmp_path: Path) -> None:
     assert len(set(values)) == total
     _check_ids_dense(topic, offsets)
 
-    seen = _probe(tmp_path)
+    seen = _probe(root, any_root.storage_options)
     assert seen["num_rows"] == total
     assert seen["digest"] == values_digest(table)
     assert seen["version"] == snap.version
@@ -236,7 +239,7 @@ def test_dedup_survives_a_producer_killed_mid_way(tmp_path: Path) -> None:
 
 
 def _check_after_crash(
-    root: Path, trial: int, in_log: int, verified: int, acked_end: int, context: str
+    root: Path | str, trial: int, in_log: int, verified: int, acked_end: int, context: str
 ) -> tuple[int, int]:
     """Open the log afresh after a kill and check the offsets from ``verified`` on; return the new
     (``in_log``, ``verified``)."""
@@ -264,13 +267,14 @@ def _check_after_crash(
 
 
 @pytest.mark.slow
-def test_a_writer_killed_at_random_moments_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    """50 trials: a writer appends in a loop and is SIGKILLed 0-300 ms in; then the log must open,
-    hold every acknowledged message exactly once with dense offsets, and take a further append."""
-    open_topic(tmp_path, checkpoint_interval=10)
+def test_a_writer_killed_at_random_moments_loses_nothing_acknowledged(any_root: Root) -> None:
+    """50 trials (12 on S3): a writer appends in a loop and is SIGKILLed 0-300 ms in; then the log must
+    open, hold every acknowledged message exactly once with dense offsets, and take a further append."""
+    root = any_root.url
+    open_topic(root, checkpoint_interval=10)
     seed = int.from_bytes(os.urandom(4), "little")
     rng = random.Random(seed)
-    trials = 50
+    trials = 12 if any_root.is_s3 else 50
     acked_end = 0  # writer sequence ids [0, acked_end) were acknowledged
     in_log = 0  # writer sequence ids [0, in_log) are in the log (in-flight commits may exceed acks)
     verified = 0  # offsets [0, verified) were checked
@@ -278,7 +282,7 @@ def test_a_writer_killed_at_random_moments_loses_nothing_acknowledged(tmp_path: 
     def standby() -> Worker:  # booted ahead of time: interpreter start-up overlaps the checks below
         return Worker(
             "append",
-            root=str(tmp_path),
+            root=root,
             path=TOPIC_DIR,
             producer="writer",
             count=10**9,
@@ -301,18 +305,18 @@ def test_a_writer_killed_at_random_moments_loses_nothing_acknowledged(tmp_path: 
             for first, end in acks:
                 assert first == acked_end, context  # acknowledgements are contiguous
                 acked_end = end
-            in_log, verified = _check_after_crash(tmp_path, trial, in_log, verified, acked_end, context)
+            in_log, verified = _check_after_crash(root, trial, in_log, verified, acked_end, context)
     finally:
         worker.close()
 
-    topic = open_topic(tmp_path, create=False)
+    topic = open_topic(root, create=False)
     table, offsets = read_all(topic)
     producers, seqs, _ = _columns(table)
     assert np.array_equal(offsets, np.arange(in_log + trials))
     assert np.array_equal(seqs[producers == "writer"], np.arange(in_log))
     assert np.array_equal(seqs[producers == "checker"], np.arange(trials))
     _check_ids_dense(topic, offsets)
-    seen = _probe(tmp_path)
+    seen = _probe(root, any_root.storage_options)
     assert seen["num_rows"] == table.num_rows
     assert seen["digest"] == values_digest(table)
 

@@ -309,12 +309,11 @@ def test_file_io_for_a_file_url_naming_a_remote_host_is_refused() -> None:
         "http://localhost:8080",
         "https://broker.example.com:8443/",
         "PULSAR://localhost:6650",
-        "s3://bucket/prefix",
-        "gs://bucket/prefix",
         "hdfs://namenode/path",
+        "ftp://host/path",
     ],
 )
-def test_file_io_for_refuses_broker_and_object_store_urls_naming_the_url(url: str) -> None:
+def test_file_io_for_refuses_broker_and_unknown_scheme_urls_naming_the_url(url: str) -> None:
     with pytest.raises(InvalidUrl) as info:
         file_io_for(url)
     assert url in str(info.value)

@@ -37,11 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from moto_s3 import Root
 
 from broker_core import Client
 from broker_core.broker import Broker
 from broker_core.cursor import Cursor
 from broker_core.naming import TopicName
+from broker_core.storage import file_io_for
 
 WORKER = Path(__file__).with_name("consumer_worker.py")
 TOPIC = "persistent://public/default/work"
@@ -66,11 +68,11 @@ class Received:
 class Worker:
     """A ``consumer_worker.py`` process; a thread collects its stdout lines as they come."""
 
-    def __init__(self, root: Path, name: str, sub_type: str, *, work_ms: int = WORK_MS) -> None:
+    def __init__(self, root: str, work: Path, name: str, sub_type: str, *, work_ms: int = WORK_MS) -> None:
         self.name = name
-        self.stderr_path = root.parent / f"{name}.stderr"
-        args = {"root": str(root), "topic": TOPIC, "subscription": SUBSCRIPTION, "type": sub_type,
-                "name": name, "queue": QUEUE, "work_ms": work_ms, "stop": str(root.parent / "stop")}
+        self.stderr_path = work / f"{name}.stderr"
+        args = {"root": root, "topic": TOPIC, "subscription": SUBSCRIPTION, "type": sub_type,
+                "name": name, "queue": QUEUE, "work_ms": work_ms, "stop": str(work / "stop")}
         with open(self.stderr_path, "wb") as stderr:
             self.proc = subprocess.Popen(
                 [sys.executable, str(WORKER), json.dumps(args)], stdout=subprocess.PIPE, stderr=stderr,
@@ -115,23 +117,24 @@ class Worker:
         return self.stderr_path.read_text(errors="replace")[-4000:]
 
 
-def cursor_of(root: Path) -> Cursor:
-    _, cursor = Broker.for_url(str(root)).cursor_store(TopicName.parse(TOPIC), SUBSCRIPTION).load()
+def cursor_of(root: str) -> Cursor:
+    _, cursor = Broker.for_url(root).cursor_store(TopicName.parse(TOPIC), SUBSCRIPTION).load()
     assert cursor is not None
     return cursor
 
 
-def run_with_a_kill(tmp_path: Path, sub_type: str) -> dict[str, object]:
-    """Produce, consume in 3 processes, SIGKILL the busiest one midway; return what happened."""
-    root = tmp_path / "root"
-    (root / "_pubsub").mkdir(parents=True)
-    (root / "_pubsub" / "broker.toml").write_text(f"consumerLeaseMs = {LEASE_MS}\n")
-    client = Client(str(root))
+def run_with_a_kill(tmp_path: Path, sub_type: str, root: str | None = None) -> dict[str, object]:
+    """Produce, consume in 3 processes, SIGKILL the busiest one midway; return what happened.
+
+    ``root``: a storage root URL (S3 is reached through the ``AWS_*`` environment); a folder by default."""
+    root = root or str(tmp_path / "root")
+    file_io_for(root).put_if_absent("_pubsub/broker.toml", f"consumerLeaseMs = {LEASE_MS}\n".encode())
+    client = Client(root)
     producer = client.create_producer(TOPIC, batching_enabled=True, batching_max_publish_delay_ms=5,
                                       block_if_queue_full=True)
     # One consumer first; the other two join while messages flow and the first holds a backlog, so
     # Key_Shared hash ranges move away from a consumer that still has unacknowledged messages.
-    workers = [Worker(root, "w0", sub_type, work_ms=FIRST_WORK_MS)]
+    workers = [Worker(root, tmp_path, "w0", sub_type, work_ms=FIRST_WORK_MS)]
     try:
         rng = random.Random(7)
         keys = [f"key-{rng.randrange(N_KEYS)}" for _ in range(N_MESSAGES)]
@@ -153,7 +156,7 @@ def run_with_a_kill(tmp_path: Path, sub_type: str) -> dict[str, object]:
             else:
                 time.sleep(0.01)
             if len(workers) == 1 and sent >= 200:
-                workers += [Worker(root, "w1", sub_type), Worker(root, "w2", sub_type)]
+                workers += [Worker(root, tmp_path, "w1", sub_type), Worker(root, tmp_path, "w2", sub_type)]
             all_ready = len(workers) == 3 and all(w.ready.is_set() for w in workers)
             if victim is None and all_ready and sum(w.received_count() for w in workers) >= N_MESSAGES // 2:
                 victim = max(workers, key=lambda w: w.received_count())
@@ -178,7 +181,7 @@ def run_with_a_kill(tmp_path: Path, sub_type: str) -> dict[str, object]:
                 worker.reader.join(10)
                 assert worker.lines[-1] == "closed"
         victim.reader.join(10)
-        table, offsets = Broker.for_url(str(root)).topic_log(TopicName.parse(TOPIC)).read(0, N_MESSAGES)
+        table, offsets = Broker.for_url(root).topic_log(TopicName.parse(TOPIC)).read(0, N_MESSAGES)
         assert offsets.tolist() == list(range(N_MESSAGES))
         assert [v.decode() for v in table.column("value").to_pylist()] == [str(i) for i in range(N_MESSAGES)]
         return {"workers": workers, "victim": victim, "claims": claims_at_kill, "acked": acked_at_kill,
@@ -238,8 +241,8 @@ def check_at_least_once(run: dict[str, object]) -> tuple[list[Received], dict[tu
 
 
 @pytest.mark.slow
-def test_shared_subscription_survives_a_killed_consumer(tmp_path: Path) -> None:
-    run = run_with_a_kill(tmp_path, "Shared")
+def test_shared_subscription_survives_a_killed_consumer(tmp_path: Path, any_root: Root) -> None:
+    run = run_with_a_kill(tmp_path, "Shared", any_root.url)
     events, _ = check_at_least_once(run)
     survivors = {ev.worker for ev in events if ev.t_ns > run["t_dead"]}  # type: ignore[operator]
     assert len(survivors) == 2, f"work after the kill should be shared by both survivors, got {survivors}"

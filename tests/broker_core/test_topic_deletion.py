@@ -21,12 +21,13 @@ from typing import Any
 
 import pytest
 from log_helpers import TOPIC_DIR, open_topic, producer_table, read_all
+from moto_s3 import Root
 
 from broker_core import Admin, Client, InitialPosition, MessageId, Producer, Timeout, TopicNotFound
 from broker_core.errors import TopicDeleted
 from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
 from broker_core.state_store import VersionedState
-from broker_core.storage import LocalFileIO
+from broker_core.storage import FileIO, LocalFileIO, file_io_for
 from broker_core.topic_log import TopicLog
 
 WORKER = Path(__file__).with_name("deletion_worker.py")
@@ -42,6 +43,24 @@ def root(tmp_path: Path) -> Iterator[Path]:
     (path / "_pubsub").mkdir(parents=True)
     (path / "_pubsub" / "broker.toml").write_text(f"fsyncEnabled = false\nproducerLeaseMs = {LEASE_MS}\n")
     yield path
+
+
+@pytest.fixture
+def shared_root(any_root: Root) -> str:
+    """``root`` on either backend (a folder, or S3 on moto): the URL, its broker.toml written through the FileIO."""
+    io = file_io_for(any_root.url, storage_options=any_root.storage_options)
+    io.put_if_absent("_pubsub/broker.toml", f"fsyncEnabled = false\nproducerLeaseMs = {LEASE_MS}\n".encode())
+    return any_root.url
+
+
+def tree(io: FileIO, path: str) -> list[str]:
+    """Every file under ``path`` (relative to the root), on any backend."""
+    out: list[str] = []
+    for name in io.list_dir(path):
+        child = f"{path}/{name}"
+        below = tree(io, child)
+        out.extend(below or [child])
+    return sorted(out)
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
@@ -122,7 +141,7 @@ def read_values(client: Client, topic: str) -> list[bytes]:
     return values
 
 
-def assert_clean_recreation(root: Path, client: Client, admin: Admin) -> None:
+def assert_clean_recreation(root: Path | str, client: Client, admin: Admin) -> None:
     """The topic comes back empty, takes new messages from offset 0, and holds no file of the old one."""
     admin.create_topic(TOPIC)
     fresh = client.create_producer(TOPIC)
@@ -130,19 +149,22 @@ def assert_clean_recreation(root: Path, client: Client, admin: Admin) -> None:
         fresh.send(f"new-{i}".encode())
     fresh.close()
     assert read_values(client, TOPIC) == [b"new-0", b"new-1", b"new-2"]
-    log = TopicLog(LocalFileIO(str(root)), TOPIC_PATH)
+    io = file_io_for(str(root))
+    log = TopicLog(io, TOPIC_PATH)
     snap = log.snapshot()
     assert (snap.first_offset, snap.next_offset, snap.version) == (0, 3, 3)
     segments = {f"{seg.path}" for seg in snap.segments}
-    on_disk = {p.name for p in (root / TOPIC_PATH).glob("part-*")}
+    on_disk = {name for name in io.list_dir(TOPIC_PATH) if name.startswith("part-")}
     assert on_disk == segments
 
 
-def test_force_delete_fences_producers_in_this_and_another_process(root: Path) -> None:
-    client = Client(str(root))
-    admin = Admin.open(str(root))
+def test_force_delete_fences_producers_in_this_and_another_process(shared_root: str) -> None:
+    root = shared_root
+    io = file_io_for(root)
+    client = Client(root)
+    admin = Admin.open(root)
     admin.create_topic(TOPIC)
-    worker = Worker(root=str(root), topic=TOPIC, mode="send")
+    worker = Worker(root=root, topic=TOPIC, mode="send")
     try:
         assert worker.line() == "ready"
         producer = client.create_producer(TOPIC, batching_enabled=False)
@@ -172,13 +194,13 @@ def test_force_delete_fences_producers_in_this_and_another_process(root: Path) -
         # this checks for an absence, so it has to watch for a while; it fails as soon as a file appears.
         deadline = time.monotonic() + 3 * LEASE_MS / 1000
         while time.monotonic() < deadline:
-            assert not (root / TOPIC_PATH).exists(), files_under(root / TOPIC_PATH)
+            assert tree(io, TOPIC_PATH) == []
             time.sleep(0.01)
         worker.say("close")
         assert worker.until("closed") == "closed"
         producer.close()
-        assert not (root / TOPIC_PATH).exists(), files_under(root / TOPIC_PATH)
-        assert files_under(root / "_pubsub" / "trash") == []
+        assert tree(io, TOPIC_PATH) == []
+        assert tree(io, "_pubsub/trash") == []
         assert admin.list_topics("public/default") == []
 
         assert_clean_recreation(root, client, admin)

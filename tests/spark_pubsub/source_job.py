@@ -216,9 +216,12 @@ def consume_job(root: str, checkpoint: str, out: str) -> None:
     query.awaitTermination()
 
 
-def cluster_job(root: str, out: str, master: str) -> None:
+def cluster_job(root: str, out: str, master: str, s3: dict[str, Any] | None = None) -> None:
     """Produce, read in batch and as a subscription stream on ``master``, optionally write through the
-    sink, and report what happened (rows, task processes, driver process) as JSON."""
+    sink, and report what happened (rows, task processes, driver process) as JSON.
+
+    ``s3`` (``{"root": url, "options": storage_options}``): also produce to an S3 root, read it in batch
+    on the executors and copy it through the sink there, all with ``storage.*`` options."""
     from pyspark.sql import functions as F
 
     spark = _session(master, "pubsub-local-cluster")
@@ -293,8 +296,27 @@ def cluster_job(root: str, out: str, master: str) -> None:
             report["sink"] = sorted(r.value.decode() for r in copied)
         except Exception as exc:  # reported, the test decides
             report["sink"] = f"error: {type(exc).__name__}: {str(exc)[:2000]}"
+    if s3 is not None:
+        report["s3"] = _s3_phase(spark, s3["root"], s3["options"], pids)
     Path(out).write_text(json.dumps(report))
     spark.stop()
+
+
+def _s3_phase(spark: Any, root: str, options: dict[str, str], pids: Any) -> dict[str, Any]:
+    """Produce to an S3 root, read it on the executors, write a copy through the sink, read the copy."""
+    storage = {f"storage.{k}": v for k, v in options.items()}
+    Admin.open(root, storage_options=options).create_partitioned_topic("lc3", 2)
+    client = Client(root, storage_options=options)
+    produce(root, "lc3", names("s3", 500), keys=lambda i: f"k{i % 11}", client=client)
+    client.close()
+    batch = (spark.read.format("pubsub").options(**storage).option("topic", "lc3").option("minPartitions", "4")
+             .load(root))
+    rows = batch.withColumn("pid", pids()).select("value", "pid").collect()
+    batch.select("key", "value").write.format("pubsub").options(**storage).option("topic", "lc3-copy").mode(
+        "append").save(root)
+    copied = spark.read.format("pubsub").options(**storage).option("topic", "lc3-copy").load(root).collect()
+    return {"values": sorted(bytes(r.value).decode() for r in rows), "task_pids": sorted({r.pid for r in rows}),
+            "copied": sorted(bytes(r.value).decode() for r in copied)}
 
 
 if __name__ == "__main__":
@@ -303,6 +325,6 @@ if __name__ == "__main__":
     if mode == "consume":
         consume_job(sys.argv[2], sys.argv[3], sys.argv[4])
     elif mode == "cluster":
-        cluster_job(sys.argv[2], sys.argv[3], sys.argv[4])
+        cluster_job(sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5]) if len(sys.argv) > 5 else None)
     else:
         raise SystemExit(f"unknown mode {mode!r}")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyspark
 import pytest
+from moto_s3 import MotoS3
 from source_job import make_root, names
 
 from broker_core.broker import Broker
@@ -26,11 +27,13 @@ MASTER = "local-cluster[2,1,1024]"
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_end_to_end_on_a_local_cluster(tmp_path: Path) -> None:
+def test_end_to_end_on_a_local_cluster(tmp_path: Path, moto_s3: MotoS3) -> None:
+    """Also reads and writes an S3 root (moto) from the executors, with ``storage.*`` options."""
     spark_home = Path(pyspark.__file__).parent  # pip's pyspark ships bin/ and jars/ here
     if not (spark_home / "bin" / "spark-class").exists():
         pytest.skip(f"local-cluster needs Spark's launch scripts; {spark_home}/bin/spark-class is missing")
     root = make_root(tmp_path / "root")
+    s3_root = moto_s3.fresh_root()
     out = tmp_path / "report.json"
     env = dict(
         os.environ,
@@ -42,7 +45,8 @@ def test_end_to_end_on_a_local_cluster(tmp_path: Path) -> None:
     with open(log, "wb") as fh:
         try:
             proc = subprocess.run(
-                [sys.executable, str(HERE / "source_job.py"), "cluster", root, str(out), MASTER],
+                [sys.executable, str(HERE / "source_job.py"), "cluster", root, str(out), MASTER,
+                 json.dumps({"root": s3_root, "options": moto_s3.storage_options})],
                 env=env,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
@@ -84,3 +88,7 @@ def test_end_to_end_on_a_local_cluster(tmp_path: Path) -> None:
         assert not any(cursor.claims.values())
     if report["sink"] is not None:  # spark_pubsub/sink.py exists: what went through it came back
         assert report["sink"] == expected, report["sink"]
+    # the S3 root: produced by the driver's process, read and copied by the executors through obstore
+    s3 = report["s3"]
+    assert s3["values"] == sorted(names("s3", 500)) and s3["copied"] == s3["values"]
+    assert s3["task_pids"] and report["driver_pid"] not in s3["task_pids"]

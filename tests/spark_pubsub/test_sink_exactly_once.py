@@ -29,10 +29,12 @@ import time
 from pathlib import Path
 
 import pytest
+from moto_s3 import Root
 
 from broker_core.broker import Broker
 from broker_core.bulk import STAGED_TXN_DIR
 from broker_core.naming import TopicName
+from broker_core.storage import file_io_for
 
 JOB = Path(__file__).with_name("sink_job.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -108,10 +110,10 @@ def _batches(checkpoint: Path, log: str) -> int:
 
 @pytest.mark.slow
 @pytest.mark.timeout(DEADLINE_S + 60)
-def test_sigkilled_streaming_write_is_exactly_once(tmp_path: Path) -> None:
-    root, source, checkpoint = str(tmp_path / "root"), tmp_path / "in", tmp_path / "ckpt"
+def test_sigkilled_streaming_write_is_exactly_once(tmp_path: Path, any_root: Root) -> None:
+    """On S3 (the job reaches it through the ``AWS_*`` environment) with fewer planned kills."""
+    root, source, checkpoint = any_root.url, tmp_path / "in", tmp_path / "ckpt"
     log = tmp_path / "job.log"
-    os.makedirs(root)
     Broker.for_url(root).admin.create_partitioned_topic("orders", PARTITIONS)
     source.mkdir()
     for f in range(FILES):
@@ -125,7 +127,7 @@ def test_sigkilled_streaming_write_is_exactly_once(tmp_path: Path) -> None:
     pause_dir.mkdir()
     deadline = time.monotonic() + DEADLINE_S
     kills = mid_batch = split = 0
-    modes = list(KILL_MODES)
+    modes = list(KILL_MODES[:1] if any_root.is_s3 else KILL_MODES)  # each restart costs a JVM start
     finished = False
     while not finished:
         assert time.monotonic() < deadline, f"seed {SEED}: the job did not finish; log:\n{log.read_text()[-3000:]}"
@@ -179,11 +181,12 @@ def test_sigkilled_streaming_write_is_exactly_once(tmp_path: Path) -> None:
     duplicates = len(ids) - len(set(ids))
     assert duplicates == 0, f"{duplicates} duplicate rows"
     assert sorted(ids) == list(range(total)), f"{total - len(set(ids))} rows missing"
-    sinks = list(Path(root, STAGED_TXN_DIR).iterdir())
+    io = file_io_for(root)
+    sinks = io.list_dir(STAGED_TXN_DIR)
     # one sink id, old manifests cleaned; a kill may leave the .tmp file of a cut-short manifest
     # write (vacuum's business), which the library's own listing ignores as this count does
-    manifests = [p for p in sinks[0].iterdir() if p.name.endswith(".json") and not p.name.startswith(".")]
-    assert len(sinks) == 1 and len(manifests) <= 1, [p.name for p in sinks[0].iterdir()]
+    manifests = [n for n in io.list_dir(f"{STAGED_TXN_DIR}/{sinks[0]}") if n.endswith(".json") and n[0] != "."]
+    assert len(sinks) == 1 and len(manifests) <= 1, io.list_dir(f"{STAGED_TXN_DIR}/{sinks[0]}")
 
 
 def _java_partition(key: str) -> int:

@@ -1,17 +1,8 @@
-"""The one file-IO seam between the broker and storage.
+"""``LocalFileIO``: the ``FileIO`` seam over a local (or mounted shared) folder.
 
-Everything the library persists goes through a ``FileIO``: the transaction log, segment files,
-cursor and registry state.  The interface is deliberately small so that an object-store
-implementation (conditional put for ``put_if_absent``) can follow the local one.
-
-Paths are POSIX-style strings relative to the storage root, built from names ``broker_core.naming``
-validated and from paths the log decoders accept (segment names only); ``contained_path`` refuses any
-path that would still resolve outside the root (``PathOutsideRoot``), as a second line of defence.
-
-Durability rules (see ``docs/PROTOCOL.md``):
-- ``put_if_absent`` is the commit primitive: the file appears complete or not at all, and an
-  existing file is never replaced.  Locally: temp file, fsync, hard link to the final name (which
-  fails if the name exists), unlink the temp file.  ``os.rename`` would silently overwrite.
+Durability rules (the protocol's, in ``protocol.py``, and their local meaning):
+- ``put_if_absent``: temp file, fsync, hard link to the final name (which fails if the name
+  exists), unlink the temp file.  ``os.rename`` would silently overwrite.
 - ``write_new`` writes a file under a fresh unique name that nothing references yet (a segment);
   it is fsynced before the call returns, so a commit that references it never points at garbage.
 - ``replace`` atomically overwrites a *hint* (``_last_checkpoint``); readers must tolerate a stale
@@ -20,7 +11,7 @@ Durability rules (see ``docs/PROTOCOL.md``):
 Writes create missing parent directories, except above an ``anchor``: a write inside a topic passes
 the topic's directory as its anchor, and the anchor itself is never created.  A producer still
 writing while its topic is deleted then fails with ``DirectoryGone`` instead of re-creating half of
-the deleted topic (``Admin.delete_topic`` removes the directory with one rename).
+the deleted topic (``delete_tree`` removes the directory with one rename).
 """
 
 from __future__ import annotations
@@ -28,10 +19,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import uuid
-from dataclasses import dataclass
-from typing import Protocol
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from pyarrow import fs as pafs
@@ -41,28 +30,20 @@ from broker_core.errors import (
     BrokerPersistenceError,
     ConnectError,
     DirectoryGone,
-    InvalidUrl,
     PathOutsideRoot,
     ReadError,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class FileStatus:
-    """What ``stat`` tells about a file."""
-
-    path: str
-    size_bytes: int
-    mtime_ms: int
+from broker_core.storage.protocol import TRASH_DIR, FileStatus
 
 
 def contained_path(root: str, path: str) -> str:
     """``root/path`` as an absolute normalised path, refusing any ``path`` that resolves outside ``root``.
 
-    Every ``FileIO`` operation goes through this, a second line of defence behind the decoders that
-    accept only the path forms the protocol allows: a ``..`` part, an absolute path or a drive
+    Every ``LocalFileIO`` operation goes through this, a second line of defence behind the decoders
+    that accept only the path forms the protocol allows: a ``..`` part, an absolute path or a drive
     letter that leaves the root raises ``PathOutsideRoot`` before anything is read or written.
     The check is lexical (no system call); ``delete`` additionally resolves symbolic links.
+    (Object-store keys get the same check from ``protocol.check_key``.)
     """
     full = os.path.normpath(os.path.join(root, path))
     if full != root and not full.startswith(root.rstrip(os.sep) + os.sep):
@@ -72,63 +53,6 @@ def contained_path(root: str, path: str) -> str:
             path=path,
         )
     return full
-
-
-class FileIO(Protocol):
-    """Storage operations the broker needs; paths are relative to the root."""
-
-    @property
-    def root_uri(self) -> str:
-        """A URI naming the storage root (``file:///abs/path``)."""
-        ...
-
-    def root_status(self) -> str:
-        """``"directory"`` if the root exists, ``"missing"``, or ``"not a directory"``."""
-        ...
-
-    def make_root(self) -> None:
-        """Create the root (only when the user asked for it)."""
-        ...
-
-    def read_bytes(self, path: str) -> bytes | None:
-        """Return the file's bytes, or ``None`` if it does not exist."""
-        ...
-
-    def exists(self, path: str) -> bool: ...
-
-    def stat(self, path: str) -> FileStatus | None: ...
-
-    def put_if_absent(self, path: str, data: bytes, *, anchor: str | None = None) -> bool:
-        """Create ``path`` with ``data`` atomically; return False if it exists already.
-
-        With ``anchor`` (a directory above ``path``), only directories below the anchor may be
-        created: a missing anchor raises ``DirectoryGone`` (so do all three writes).
-        """
-        ...
-
-    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None) -> None:
-        """Write a fresh file nobody references yet (durable before returning)."""
-        ...
-
-    def replace(self, path: str, data: bytes, *, anchor: str | None = None) -> None:
-        """Atomically overwrite a hint file."""
-        ...
-
-    def list_dir(self, path: str) -> list[str]:
-        """Names (not paths) directly inside ``path``; empty if it does not exist."""
-        ...
-
-    def delete(self, path: str) -> bool:
-        """Delete a file; return False if it was already gone."""
-        ...
-
-    def open_input(self, path: str) -> pa.NativeFile:
-        """Open a file for random-access reading (Parquet)."""
-        ...
-
-    def abs_path(self, path: str) -> str:
-        """The path as the underlying filesystem names it (for pyarrow and Delta readers)."""
-        ...
 
 
 class LocalFileIO:
@@ -182,6 +106,13 @@ class LocalFileIO:
     @property
     def root_uri(self) -> str:
         return "file://" + self._root
+
+    @property
+    def is_local(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"LocalFileIO({self.root_uri!r})"
 
     def abs_path(self, path: str) -> str:
         return contained_path(self._root, path)
@@ -291,6 +222,24 @@ class LocalFileIO:
         except OSError as exc:
             raise self._error("delete", path, exc) from exc
 
+    def delete_tree(self, path: str) -> None:
+        """One atomic rename into ``TRASH_DIR``, then removal from there: other processes see the
+        directory whole or gone, and a killed deletion leaves only trash (the next one clears it)."""
+        trash = self.abs_path(TRASH_DIR)
+        try:
+            for leftover in os.listdir(trash) if os.path.isdir(trash) else []:
+                shutil.rmtree(os.path.join(trash, leftover), ignore_errors=True)
+            if not os.path.lexists(self.abs_path(path)):
+                return
+            os.makedirs(trash, exist_ok=True)
+            target = os.path.join(trash, uuid.uuid4().hex)
+            os.rename(self.abs_path(path), target)
+        except FileNotFoundError:
+            return  # another deletion got there first
+        except OSError as exc:
+            raise BrokerPersistenceError(f"cannot delete {path!r}: {exc.strerror or exc}", path=path) from exc
+        shutil.rmtree(target, ignore_errors=True)
+
     def open_input(self, path: str) -> pa.NativeFile:
         try:
             return pa.memory_map(self.abs_path(path), "r")
@@ -397,41 +346,4 @@ class LocalFileIO:
         )
 
 
-_PULSAR_SCHEMES = ("pulsar", "pulsar+ssl", "http", "https", "pulsar+http", "pulsar+https")
-
-
-def file_io_for(service_url: str, *, fsync: bool = True) -> LocalFileIO:
-    """Return the ``FileIO`` for a service URL: a local path or a ``file://`` URL.
-
-    Raises:
-        InvalidUrl: for pulsar-style or other URLs that do not name a storage root we understand.
-    """
-    if not isinstance(service_url, str) or not service_url.strip():
-        raise InvalidUrl(
-            f"service_url must be a non-empty string naming a storage root, got {service_url!r}; "
-            "pass a folder path or a file:// URL"
-        )
-    if service_url != service_url.strip():
-        raise InvalidUrl(f"service_url {service_url!r} has leading or trailing whitespace; remove it")
-    parsed = urlparse(service_url)
-    scheme = parsed.scheme.lower()
-    if scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            raise InvalidUrl(
-                f"file URL {service_url!r} names host {parsed.netloc!r}; use file:///absolute/path"
-            )
-        return LocalFileIO(unquote(parsed.path), fsync=fsync)
-    if scheme == "" or (len(scheme) == 1 and os.name == "nt"):
-        return LocalFileIO(service_url, fsync=fsync)
-    if scheme in _PULSAR_SCHEMES:
-        raise InvalidUrl(
-            f"service_url {service_url!r} names a Pulsar broker, but spark-pubsub has no broker: "
-            "pass the storage root instead (a folder path or file:///path)"
-        )
-    raise InvalidUrl(
-        f"service_url {service_url!r} uses the unsupported scheme {scheme!r}; "
-        "pass a folder path or a file:// URL (object stores are not supported yet)"
-    )
-
-
-__all__ = ["FileIO", "FileStatus", "LocalFileIO", "contained_path", "file_io_for"]
+__all__ = ["LocalFileIO", "contained_path"]

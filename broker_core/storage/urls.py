@@ -1,0 +1,215 @@
+"""Service URLs and ``storage_options``: which ``FileIO`` a root gets, configured how.
+
+A root is a folder path, a ``file://`` URL, or an object-store URL (``s3://bucket/prefix``,
+``s3a://``, ``gs://``, ``az://``, ``abfss://container@account.dfs.core.windows.net/prefix``,
+``memory://name/prefix`` for in-process tests and examples).  ``storage_options`` use the keys
+delta-rs and the Rust ``object_store`` crate use (``aws_endpoint``, ``aws_region``,
+``aws_access_key_id``, ``aws_secret_access_key``, ``aws_session_token``, ``aws_allow_http``, ...),
+so one dict serves ``Client``, ``deltalake.DeltaTable``, the CLI and Spark; the standard ``AWS_*``
+environment variables fill in what the dict leaves out.  Keys starting with ``pubsub_`` are this
+library's own (``pubsub_single_writer``) and are not passed to the store.
+
+Secrets never appear in a message: ``redact`` masks them and ``scrub`` removes their values
+from any text (an obstore error) before it is shown.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from broker_core.errors import InvalidConfiguration, InvalidUrl
+
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "adl", "azure", "memory")
+_PULSAR_SCHEMES = ("pulsar", "pulsar+ssl", "http", "https", "pulsar+http", "pulsar+https")
+_SECRET_MARKERS = ("secret", "token", "password", "key", "sas", "credential", "signature")
+# object_store's HTTP client settings (the rest of the options configure the store itself)
+_CLIENT_KEYS = ("allow_http", "allow_invalid_certificates", "connect_timeout", "timeout", "proxy_url",
+                "user_agent", "pool_idle_timeout", "http1_only", "http2_only")
+_OWN_KEYS = ("pubsub_single_writer", "pubsub_max_retries", "pubsub_retry_timeout_ms", "pubsub_simulated_latency")
+
+
+@dataclass(frozen=True)
+class RootSpec:
+    """A parsed root: ``url`` without secrets, its scheme, and the options to open it with."""
+
+    url: str
+    scheme: str
+    local_path: str | None = None
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_object_store(self) -> bool:
+        return self.local_path is None
+
+    def __repr__(self) -> str:  # the options may hold credentials
+        return f"RootSpec({self.url!r}, storage_options={redact(self.storage_options)!r})"
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether an option's value must never be shown (credentials, tokens, SAS keys)."""
+    lowered = key.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+def redact(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with every secret value replaced by ``***``."""
+    return {key: ("***" if is_secret_key(key) else value) for key, value in options.items()}
+
+
+def scrub(text: str, options: Mapping[str, Any]) -> str:
+    """``text`` with every secret value of ``options`` (and of the ``AWS_*`` environment) masked."""
+    values = [str(v) for k, v in options.items() if is_secret_key(k) and v]
+    values += [v for k, v in os.environ.items()
+               if k.startswith(("AWS_", "AZURE_", "GOOGLE_")) and is_secret_key(k) and v]
+    for value in sorted(set(values), key=len, reverse=True):
+        if len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+def normalise_options(storage_options: Mapping[str, Any] | None) -> dict[str, str]:
+    """Lower-case keys and string values; refuse what is not a flat str -> str mapping."""
+    if storage_options is None:
+        return {}
+    if not isinstance(storage_options, Mapping):
+        raise InvalidConfiguration(
+            f"storage_options must be a mapping of option names to values, got {type(storage_options).__name__}"
+        )
+    out: dict[str, str] = {}
+    for key, value in storage_options.items():
+        if not isinstance(key, str) or not key.strip():
+            raise InvalidConfiguration(f"storage option names must be non-empty strings, got {key!r}")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        if not isinstance(value, str | int | float):
+            shown = "***" if is_secret_key(key) else repr(value)
+            raise InvalidConfiguration(f"storage option {key!r} must be a string, got {shown}", option=key)
+        out[key.strip().lower()] = str(value)
+    return out
+
+
+def parse_root(service_url: str, storage_options: Mapping[str, Any] | None = None) -> RootSpec:
+    """Parse a service URL into a ``RootSpec`` (no I/O).
+
+    Raises:
+        InvalidUrl: not a string, whitespace, a Pulsar broker URL, credentials inside the URL, or a
+            scheme no backend serves.
+        InvalidConfiguration: malformed ``storage_options``.
+    """
+    if not isinstance(service_url, str) or not service_url.strip():
+        raise InvalidUrl(
+            f"service_url must be a non-empty string naming a storage root, got {service_url!r}; "
+            "pass a folder path, a file:// URL or an object-store URL such as s3://bucket/prefix"
+        )
+    if service_url != service_url.strip():
+        raise InvalidUrl(f"service_url {service_url!r} has leading or trailing whitespace; remove it")
+    options = normalise_options(storage_options)
+    parsed = urlparse(service_url)
+    scheme = parsed.scheme.lower()
+    if scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise InvalidUrl(f"file URL {service_url!r} names host {parsed.netloc!r}; use file:///absolute/path")
+        path = unquote(parsed.path)
+        return RootSpec(url="file://" + os.path.abspath(path), scheme="file", local_path=path, storage_options=options)
+    if scheme == "" or (len(scheme) == 1 and os.name == "nt"):
+        return RootSpec(url="file://" + os.path.abspath(service_url), scheme="file", local_path=service_url,
+                        storage_options=options)
+    if scheme in _PULSAR_SCHEMES:
+        raise InvalidUrl(
+            f"service_url {service_url!r} names a Pulsar broker, but spark-pubsub has no broker: "
+            "pass the storage root instead (a folder path, file:///path or s3://bucket/prefix)"
+        )
+    if scheme not in OBJECT_STORE_SCHEMES:
+        raise InvalidUrl(
+            f"service_url {_without_userinfo(service_url)!r} uses the unsupported scheme {scheme!r}; pass a folder "
+            f"path, a file:// URL or one of {', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)}"
+        )
+    if parsed.password is not None or (parsed.username is not None and scheme not in ("abfs", "abfss")):
+        raise InvalidUrl(
+            f"service_url {_without_userinfo(service_url)!r} carries credentials; pass them in storage_options "
+            "(aws_access_key_id / aws_secret_access_key, ...) or the environment, never in the URL"
+        )
+    if parsed.query or parsed.fragment:
+        raise InvalidUrl(f"service_url {_without_userinfo(service_url)!r} has a query or fragment; remove it")
+    if not parsed.netloc:
+        raise InvalidUrl(f"service_url {service_url!r} names no bucket or container; use {scheme}://bucket/prefix")
+    prefix = parsed.path.strip("/")
+    if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
+        raise InvalidUrl(f"service_url {service_url!r} has an empty, '.' or '..' segment in its prefix; remove it")
+    url = f"{scheme}://{parsed.netloc}" + (f"/{prefix}" if prefix else "")
+    return RootSpec(url=url, scheme=scheme, storage_options=options)
+
+
+def _without_userinfo(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.username is None and parsed.password is None:
+        return url
+    return parsed._replace(netloc="***@" + (parsed.hostname or "")).geturl()
+
+
+def truthy(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def obstore_arguments(spec: RootSpec) -> dict[str, Any]:
+    """The keyword arguments for ``obstore.store.from_url``: store config, client options, retries.
+
+    Unknown keys are left for obstore to judge (it knows every store's keys); this library's own
+    ``pubsub_*`` keys are taken out.  Retries default to a short total timeout so that an
+    unreachable endpoint fails in seconds, not obstore's minutes.
+    """
+    config: dict[str, Any] = {}
+    client: dict[str, Any] = {}
+    for key, value in spec.storage_options.items():
+        if key in _OWN_KEYS:
+            continue
+        if key.startswith("pubsub_"):
+            raise InvalidConfiguration(
+                f"unknown storage option {key!r}; this library's own options are {', '.join(_OWN_KEYS)}", option=key
+            )
+        # delta-rs spells HTTP-client settings with the store's prefix (aws_allow_http); obstore wants
+        # them as client options (and panics on aws_allow_http in a store config)
+        plain = key.split("_", 1)[1] if key.startswith(("aws_", "google_", "azure_")) else key
+        if plain in _CLIENT_KEYS:
+            client[plain] = truthy(value) if plain in ("allow_http", "allow_invalid_certificates") else value
+        else:
+            config[key] = value
+    for plain in ("allow_http", "allow_invalid_certificates"):  # obstore leaves these env variables unread
+        env = os.environ.get(f"AWS_{plain.upper()}") if spec.scheme in ("s3", "s3a") else None
+        if plain not in client and env is not None:
+            client[plain] = truthy(env)
+    try:
+        max_retries = int(spec.storage_options.get("pubsub_max_retries", "3"))
+        retry_timeout_ms = int(spec.storage_options.get("pubsub_retry_timeout_ms", "15000"))
+    except ValueError as exc:
+        raise InvalidConfiguration(f"pubsub_max_retries and pubsub_retry_timeout_ms must be integers: {exc}") from exc
+    if max_retries < 0 or retry_timeout_ms <= 0:
+        raise InvalidConfiguration("pubsub_max_retries must be >= 0 and pubsub_retry_timeout_ms > 0")
+    client.setdefault("connect_timeout", "5s")
+    return {
+        "config": config,
+        "client_options": client,
+        "retry_config": {
+            "max_retries": max_retries,
+            "retry_timeout": timedelta(milliseconds=retry_timeout_ms),
+            "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=2), "base": 2},
+        },
+    }
+
+
+__all__ = [
+    "OBJECT_STORE_SCHEMES",
+    "RootSpec",
+    "is_secret_key",
+    "normalise_options",
+    "obstore_arguments",
+    "parse_root",
+    "redact",
+    "scrub",
+    "truthy",
+]
