@@ -171,14 +171,16 @@ def _reader(spark: SparkSession, fail_on_data_loss: bool) -> Any:
     return spark.read.option("ignoreMissingFiles", "false" if fail_on_data_loss else "true")
 
 
-def _segment_frame(spark: SparkSession, base: str, plan: TopicRead, fail_on_data_loss: bool) -> DataFrame:
+def positioned_segments(spark: SparkSession, base: str, plan: TopicRead, columns: tuple[str, ...], *,
+                        fail_on_data_loss: bool = True) -> DataFrame:
+    """The planned segment rows of one internal topic: ``columns`` plus ``offset``, ``entry_id`` and
+    ``batch_index`` (the view file's position columns), computed in the JVM from the id table."""
     F = functions_for(spark)
     table, shift = id_table(plan.segments)
     ids = spark.createDataFrame(table).hint("broadcast")
     files = [f"{base}/{plan.topic_path}/{r.segment.path}" for r in plan.segments]
     rows = (_reader(spark, fail_on_data_loss).parquet(*files)
-            .select(*_SEGMENT_COLUMNS, F.col("_metadata.file_name").alias("_file"),
-                    F.col("_metadata.row_index").alias("_row")))
+            .select(*columns, F.col("_metadata.file_name").alias("_file"), F.col("_metadata.row_index").alias("_row")))
     rows = rows.withColumn("_bucket", F.shiftright(F.col("_row"), shift))
     joined = rows.join(ids, (rows["_file"] == ids["file_name"]) & (rows["_bucket"] == ids["bucket"])
                        & (rows["_row"] >= ids["row_lo"]) & (rows["_row"] < ids["row_hi"]))
@@ -186,7 +188,14 @@ def _segment_frame(spark: SparkSession, base: str, plan: TopicRead, fail_on_data
     batched = F.col("size") > 0
     entry = F.col("entry_base") + F.when(batched, F.expr("(_row - run_start) div size")).otherwise(rel)
     batch = F.when(batched, F.pmod(rel, F.col("size"))).otherwise(F.lit(-1))
-    return _source_columns(F, joined, plan, F.col("base_offset") + F.col("_row"), entry, batch)
+    return joined.select(*columns, (F.col("base_offset") + F.col("_row")).alias("offset"),
+                         entry.cast("long").alias("entry_id"), batch.cast("int").alias("batch_index"))
+
+
+def _segment_frame(spark: SparkSession, base: str, plan: TopicRead, fail_on_data_loss: bool) -> DataFrame:
+    F = functions_for(spark)
+    rows = positioned_segments(spark, base, plan, _SEGMENT_COLUMNS, fail_on_data_loss=fail_on_data_loss)
+    return _source_columns(F, rows, plan, F.col("offset"), F.col("entry_id"), F.col("batch_index"))
 
 
 def _view_frame(spark: SparkSession, base: str, plan: TopicRead, fail_on_data_loss: bool) -> DataFrame:
@@ -219,4 +228,4 @@ def _source_columns(F: Any, frame: DataFrame, plan: TopicRead, offset: Column, e
 
 
 
-__all__ = ["functions_for", "plan_read", "read_topic", "scan_plans", "spark_url"]
+__all__ = ["functions_for", "plan_read", "positioned_segments", "read_topic", "scan_plans", "spark_url"]
