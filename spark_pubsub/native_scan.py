@@ -177,12 +177,18 @@ def positioned_segments(spark: SparkSession, base: str, plan: TopicRead, columns
     ``batch_index`` (the view file's position columns), computed in the JVM from the id table."""
     F = functions_for(spark)
     table, shift = id_table(plan.segments)
-    ids = spark.createDataFrame(table).hint("broadcast")
+    # one long join key (a hash of file and bucket) lets Spark use its fast long-keyed hash relation;
+    # the condition checks the file name itself, so a hash collision can never pair the wrong rows
+    # (written so that Spark does not turn it into a second, string, join key)
+    ids = spark.createDataFrame(table)
+    ids = ids.withColumn("_key", F.xxhash64("file_name", "bucket")).hint("broadcast")
     files = [f"{base}/{plan.topic_path}/{r.segment.path}" for r in plan.segments]
     rows = (_reader(spark, fail_on_data_loss).parquet(*files)
             .select(*columns, F.col("_metadata.file_name").alias("_file"), F.col("_metadata.row_index").alias("_row")))
-    rows = rows.withColumn("_bucket", F.shiftright(F.col("_row"), shift))
-    joined = rows.join(ids, (rows["_file"] == ids["file_name"]) & (rows["_bucket"] == ids["bucket"])
+    rows = rows.withColumn("_key", F.xxhash64("_file", F.shiftright(F.col("_row"), shift)))
+    same_file = (F.startswith(rows["_file"], ids["file_name"])
+                 & (F.length(rows["_file"]) - F.length(ids["file_name"]) == 0))
+    joined = rows.join(ids, (rows["_key"] == ids["_key"]) & same_file
                        & (rows["_row"] >= ids["row_lo"]) & (rows["_row"] < ids["row_hi"]))
     rel = F.col("_row") - F.col("run_start")
     batched = F.col("size") > 0
