@@ -47,7 +47,7 @@ from broker_core.naming import TopicName
 from broker_core.segment import SEGMENT_SCHEMA, TIMESTAMP
 from broker_core.topic_log import TopicLog
 from spark_pubsub.native_plan import plan_topic_read
-from spark_pubsub.native_scan import _root_uri, _spark_can_open, functions_for, positioned_segments, spark_url
+from spark_pubsub.native_scan import functions_for, positioned_segments, root_uri, spark_can_open, spark_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -173,10 +173,11 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
             results.append(up_to_date(topic_log, str(partition)))
         else:
             plans.append((topic_log, plan))
-    base = spark_url(spark_root or _root_uri(root))
-    native = bool(plans) and _spark_can_open(spark, base, [
+    base = spark_url(spark_root or root_uri(root))
+    native = bool(plans) and spark_can_open(spark, base, [
         plan_topic_read(lg, topic=p.topic, partition=-1, start=p.start, end=p.horizon, read_compacted=False,
-                        fail_on_data_loss=False, snapshot=p.snapshot) for lg, p in plans])
+                        fail_on_data_loss=False, snapshot=p.snapshot) for lg, p in plans],
+        instead="the compaction job's tasks read through the library instead")
     phase("planning")
     read = {p.topic_path: sum(t.hi - t.lo for t in compaction_tasks(p) if t.kind == "segment") for _, p in plans}
     if plans and not native:

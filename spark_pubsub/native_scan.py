@@ -49,11 +49,11 @@ def functions_for(spark: SparkSession) -> Any:
     return functions
 
 
-def spark_url(root_uri: str) -> str:
+def spark_url(uri: str) -> str:
     """The URL Spark's file systems use for a storage root: ``s3://`` is Hadoop's ``s3a://``."""
-    if root_uri.lower().startswith("s3://"):
-        return "s3a://" + root_uri[len("s3://"):]
-    return root_uri.rstrip("/")
+    if uri.lower().startswith("s3://"):
+        return "s3a://" + uri[len("s3://"):]
+    return uri.rstrip("/")
 
 
 def read_topic(
@@ -96,8 +96,8 @@ def read_topic(
     strings = {k: _option_string(k, v) for k, v in given.items() if v is not None}
     options: SourceOptions = parse_options(SourceOptions, strings)
     plans = plan_read(options)
-    base = spark_url(spark_root or _root_uri(options.root))
-    if not _spark_can_open(spark, base, plans):
+    base = spark_url(spark_root or root_uri(options.root))
+    if not spark_can_open(spark, base, plans):
         return spark.read.format("pubsub").options(**strings).load()
     return scan_plans(spark, base, plans, fail_on_data_loss=options.fail_on_data_loss)
 
@@ -111,7 +111,7 @@ def _option_string(name: str, value: Any) -> str:
     raise InvalidConfiguration(f"option {name}: expected a string, int or bool, got {value!r}", option=name)
 
 
-def _root_uri(root: str) -> str:
+def root_uri(root: str) -> str:
     from broker_core.storage import file_io_for
 
     return file_io_for(root, fsync=False).root_uri
@@ -132,9 +132,10 @@ def plan_read(options: SourceOptions) -> list[TopicRead]:
     return plans
 
 
-def _spark_can_open(spark: SparkSession, base: str, plans: list[TopicRead]) -> bool:
+def spark_can_open(spark: SparkSession, base: str, plans: list[TopicRead], *,
+                   instead: str = "reading through format('pubsub') instead (the Python Data Source path)") -> bool:
     """Whether Spark's file systems open the root: resolve one planned file's schema (a file system
-    lookup and a footer read on the driver), else log once and use the Data Source path."""
+    lookup and a footer read on the driver); if not, log one line saying what happens ``instead``."""
     probe = next((f"{base}/{p.topic_path}/{p.segments[0].segment.path}" for p in plans if p.segments), None)
     if probe is None:
         probe = next((f"{base}/{p.topic_path}/{p.view[0]}" for p in plans if p.view is not None), None)
@@ -144,8 +145,7 @@ def _spark_can_open(spark: SparkSession, base: str, plans: list[TopicRead]) -> b
         _ = spark.read.parquet(probe).schema
     except Exception as exc:
         reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        log.warning("spark_pubsub.read_topic: Spark cannot open %s (%s); reading through format('pubsub') "
-                    "instead (the Python Data Source path)", base, reason)
+        log.warning("spark_pubsub: Spark cannot open %s (%s); %s", base, reason, instead)
         return False
     return True
 
@@ -234,4 +234,5 @@ def _source_columns(F: Any, frame: DataFrame, plan: TopicRead, offset: Column, e
 
 
 
-__all__ = ["functions_for", "plan_read", "positioned_segments", "read_topic", "scan_plans", "spark_url"]
+__all__ = ["functions_for", "plan_read", "positioned_segments", "read_topic", "root_uri", "scan_plans",
+           "spark_can_open", "spark_url"]
