@@ -303,6 +303,8 @@ def main() -> None:
     if "a" not in args.sections:
         summary(ratios)
         spark.stop()
+        if not args.keep and args.root is None:
+            shutil.rmtree(work, ignore_errors=True)
         return
     print("a. read into noop (streaming, Trigger.AvailableNow)")
     ours = run("read", "pubsub source", noop(pubsub_read()))
