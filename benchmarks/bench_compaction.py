@@ -13,8 +13,13 @@ b. ``compact_topic`` (local, pyarrow): the full first run, writing and committin
 c. an incremental run after appending ``--increment`` more messages (folds only the new ones);
 d. the Spark job (``compact_with_spark`` on ``local[N]``) on the same topic, session start reported
    apart; its view is checked to equal the local one;
+   its phases are printed (planning, the Spark job: native scan + reduction + view writes, the
+   writes summed over tasks, the commit), with the ratio to the local run over the same topic;
 e. readers of the result: a ``readCompacted`` ``read_batch`` of the whole view, and a ``TableView``
-   loading it.
+   loading it;
+f. with ``--memory``: each job once more in a fresh process of its own (the Spark one with its own
+   session), timed and with the peak resident memory of its whole process tree (the JVM included),
+   sampled from ``/proc`` every 0.2 s.
 
 This is a benchmark, not a test: nothing is asserted beyond the two views being equal.  Page caches
 are not dropped, so the scans read files the OS may hold in memory, for the baseline and for us alike.
@@ -116,6 +121,57 @@ def current_view(root: str) -> pa.Table:
     return decode_view(log.io.open_input(f"{log.path}/{pointer.file}"))
 
 
+def run_one(root: str, job: str, master: str) -> None:
+    """f's child: compact ``root``'s topic from scratch with one job and print its seconds."""
+    shutil.rmtree(topic_path(root) / COMPACTED_DIR, ignore_errors=True)
+    if job == "local":
+        seconds, _ = timed(lambda: compact_topic(Broker.for_url(root), TOPIC))
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        from pyspark.sql import SparkSession
+
+        from spark_pubsub.jobs import compact_with_spark
+
+        spark = (SparkSession.builder.master(master).config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "4g")
+                 .config("spark.sql.shuffle.partitions", str(os.cpu_count() or 2)).getOrCreate())
+        seconds, _ = timed(lambda: compact_with_spark(spark, root, TOPIC))
+        spark.stop()
+    print(f"seconds {seconds}", flush=True)
+    os._exit(0)
+
+
+def _tree_rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants, from ``/proc``."""
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            with open(f"/proc/{current}/status") as fh:
+                total += next((int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:")), 0)
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as fh:
+                    stack += [int(c) for c in fh.read().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def run_measured(root: str, job: str, master: str) -> tuple[float, int]:
+    """Run one job in a child process; (its own timing of the job, peak RSS of its process tree)."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, __file__, "--job", job, "--on", root, "--master", master],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss_bytes(proc.pid))
+        time.sleep(0.2)
+    out = proc.stdout.read() if proc.stdout else ""
+    seconds = next((float(line.split()[1]) for line in out.splitlines() if line.startswith("seconds ")), 0.0)
+    return seconds, peak
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=5_000_000)
@@ -126,7 +182,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--master", default="local[2]", help="Spark master for the job")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark job")
     parser.add_argument("--root", help="parent directory for the storage root (default: a temporary one)")
+    parser.add_argument("--memory", action="store_true", help="f: each job in its own process, peak memory")
+    parser.add_argument("--job", choices=["local", "spark"], help=argparse.SUPPRESS)  # f's child process
+    parser.add_argument("--on", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.job:
+        run_one(args.on, args.job, args.master)
+        return
     increment = args.increment or max(1, args.messages // 10)
 
     parent = args.root or tempfile.gettempdir()
@@ -198,7 +260,8 @@ def main(argv: list[str] | None = None) -> None:
             # a first run over the whole topic (the increment included), as b did over the first part
             shutil.rmtree(topic_path(root) / COMPACTED_DIR)
             progress("Spark compaction")
-            spark_s, spark_summary = timed(lambda: compact_with_spark(spark, root, TOPIC))
+            phases: dict[str, float] = {}
+            spark_s, spark_summary = timed(lambda: compact_with_spark(spark, root, TOPIC, timings=phases))
             total = args.messages + increment
             figures.append(("d. Spark job, first run over the whole topic", spark_s,
                             f"{total / spark_s:,.0f} msg/s -> {spark_summary.rows:,} rows in the view"))
@@ -207,6 +270,11 @@ def main(argv: list[str] | None = None) -> None:
             local2_s, _ = timed(lambda: compact_topic(broker, TOPIC))
             figures.append(("d. compact_topic first run, same topic as the Spark job", local2_s,
                             f"{total / local2_s:,.0f} msg/s"))
+            for phase, seconds in phases.items():
+                figures.append((f"d.   Spark job phase: {phase}", seconds,
+                                "summed over tasks, inside 'spark'" if phase == "write" else ""))
+            figures.append(("d. ratio: Spark job / compact_topic (goal <= 3)", spark_s / local2_s,
+                            f"{spark_s / local2_s:.2f}x"))
             spark_view_equal = None
             local2 = current_view(root)
             shutil.rmtree(topic_path(root) / COMPACTED_DIR)
@@ -214,6 +282,12 @@ def main(argv: list[str] | None = None) -> None:
             spark_view_equal = current_view(root).equals(local2)
             figures.append(("d. Spark view equals local view", 0.0, str(spark_view_equal)))
             spark.stop()
+        if args.memory:
+            for job in ("local", "spark"):
+                progress(f"{job} job in a process of its own (peak memory)")
+                seconds, peak = run_measured(root, job, args.master)
+                figures.append((f"f. {job} job in its own process", seconds,
+                                f"peak RSS of its process tree {peak / 2**20:,.0f} MiB"))
         del local_view
     finally:
         for path in cleanup:
@@ -221,7 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     print()
     width = max(len(name) for name, _, _ in figures)
     for name, seconds, note in figures:
-        shown = f"{seconds:8.2f} s" if seconds else " " * 10
+        shown = (" " * 10 if not seconds else f"{seconds:8.2f}  " if "ratio" in name else f"{seconds:8.2f} s")
         print(f"{name:<{width}}  {shown}  {note}")
     sys.stdout.flush()
     os._exit(0)

@@ -22,7 +22,10 @@ a. read: ``format("pubsub")`` into the ``noop`` sink, vs Spark's streaming Parqu
 b. write: the plain Parquet copy read by Spark's file source (streaming) and written through
    ``format("pubsub")`` vs the same input written by Spark's Parquet sink (skipped, and said so,
    when ``spark_pubsub/sink.py`` does not exist);
-c. parallelism: a 1-partition topic read with ``minPartitions=8`` vs ``minPartitions=1``.
+c. parallelism: a 1-partition topic read with ``minPartitions=8`` vs ``minPartitions=1``;
+d. batch reads (``spark.read``) into ``noop``: the native scan ``spark_pubsub.read_topic`` (planning
+   included) and ``spark.read.format("pubsub")`` vs ``spark.read.parquet`` over the very segment
+   files (goal for the native scan: <= 1.3x).
 
 Reference rows (no goal): the floor of the Python Data Source API itself, a streaming source defined
 here that reads no storage at all and yields one pre-built record batch of the pubsub source's
@@ -202,12 +205,63 @@ def timed(start_query: Any, repeats: int) -> tuple[float, int, int]:
     return best
 
 
+def summary(ratios: list[tuple[str, float]]) -> None:
+    print("\nsummary (time ratios; goal for pubsub / Spark: <= 2.0; for the native batch scan: <= 1.3)")
+    print(f"  {'':52} {'ratio':>7}")
+    for name, ratio in ratios:
+        reference = name.startswith(("minPartitions", "reference")) or "Data Source" in name
+        goal_ratio = 1.3 if "native" in name else 2.0
+        goal = "" if reference else ("  MET" if ratio <= goal_ratio else "  MISSED")
+        print(f"  {name:52} {ratio:7.2f}{goal}")
+
+
+def batch_reads(spark: Any, root: Path, repeats: int, results: list[Any]) -> list[tuple[str, float]]:
+    """d: bounded reads into ``noop``, each timed from planning to the end of the write (best of
+    ``repeats``)."""
+    from spark_pubsub import read_topic
+
+    files = [str(p) for p in sorted(segment_dir(root).glob("part-*.parquet"))]
+
+    jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+
+    def jvm_cpu_s() -> float:
+        """User + system CPU seconds of the JVM so far (less sensitive to other load than wall time)."""
+        fields = Path(f"/proc/{jvm_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    cpu: dict[str, float] = {}
+
+    def best(name: str, make_df: Any) -> float:
+        times, cpus = [], []
+        for _ in range(repeats):
+            c0, t0 = jvm_cpu_s(), time.perf_counter()
+            make_df().write.format("noop").mode("overwrite").save()
+            times.append(time.perf_counter() - t0)
+            cpus.append(jvm_cpu_s() - c0)
+        cpu[name] = min(cpus)
+        print(f"  batch  {name:58} {min(times):7.2f} s  JVM CPU {min(cpus):6.2f} s  "
+              f"(runs: {', '.join(f'{t:.2f}' for t in times)})", flush=True)
+        results.append(("batch", name, min(times), 0, 1))
+        return min(times)
+
+    print("d. batch read into noop (spark.read ... .write.format('noop'))")
+    parquet = best("Spark Parquet reader, the topic's segment files", lambda: spark.read.parquet(*files))
+    native = best("native scan: spark_pubsub.read_topic", lambda: read_topic(spark, str(root), topic=TOPIC))
+    source = best("Data Source path: spark.read.format('pubsub')",
+                  lambda: spark.read.format("pubsub").option("topic", TOPIC).load(str(root)))
+    names = list(cpu)
+    return [("batch: native scan / Parquet (segment files)", native / parquet),
+            ("batch: Data Source path / Parquet (segment files)", source / parquet),
+            ("reference: JVM CPU, native scan / Parquet", cpu[names[1]] / cpu[names[0]])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=5_000_000)
     parser.add_argument("--root", type=Path, default=None, help="work directory (default: a temp dir)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--sections", default="abcd", help="which of a, b, c, d to run (default: all)")
     args = parser.parse_args()
     work = args.root or Path(tempfile.mkdtemp(prefix="bench-spark-"))
     root, plain = work / "root", work / "plain"
@@ -243,6 +297,15 @@ def main() -> None:
             df.writeStream.format("noop").option("checkpointLocation", ck).trigger(availableNow=True).start()
         )
 
+    ratios: list[tuple[str, float]] = []
+    if "d" in args.sections:
+        ratios += batch_reads(spark, root, args.repeats, results)
+    if "a" not in args.sections:
+        summary(ratios)
+        spark.stop()
+        if not args.keep and args.root is None:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     print("a. read into noop (streaming, Trigger.AvailableNow)")
     ours = run("read", "pubsub source", noop(pubsub_read()))
     theirs = run(
@@ -271,7 +334,7 @@ def main() -> None:
 
     floor_one = run("read", "reference: API floor, pre-built batches, 1 task", floor_read(1))
     floor_two = run("read", "reference: API floor, pre-built batches, 2 tasks", floor_read(2))
-    ratios = [
+    ratios += [
         ("read: pubsub / Parquet (segment files)", ours / theirs),
         ("read: pubsub / Parquet (plain copy)", ours / plain_read),
         ("read: pubsub minPartitions=2 / Parquet (segments)", both_cores / theirs),
@@ -323,12 +386,7 @@ def main() -> None:
     one = run("split", "pubsub source, minPartitions=1", noop(pubsub_read(minPartitions="1")))
     ratios.append(("minPartitions=8 / minPartitions=1 (time)", eight / one))
 
-    print("\nsummary (time ratios; goal for pubsub / Spark: <= 2.0)")
-    print(f"  {'':52} {'ratio':>7}")
-    for name, ratio in ratios:
-        reference = name.startswith(("minPartitions", "reference"))
-        goal = "" if reference else ("  MET" if ratio <= 2.0 else "  MISSED")
-        print(f"  {name:52} {ratio:7.2f}{goal}")
+    summary(ratios)
     spark.stop()
     if not args.keep and args.root is None:
         shutil.rmtree(work, ignore_errors=True)

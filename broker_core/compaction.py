@@ -290,26 +290,41 @@ def finish_compaction(log: TopicLog, plan: CompactionPlan, view: pa.Table, *, dr
                                pa.array(entry_ids))
         view = view.set_column(view.schema.get_field_index("batch_index"), VIEW_SCHEMA.field("batch_index"),
                                pa.array(batch_indexes))
-    previous_horizon = plan.previous.horizon if plan.previous is not None else 0
-
-    def result(status: str, file: str | None = None, version: int | None = None) -> CompactionResult:
-        seconds = 0.0 if started_s is None else time.monotonic() - started_s
-        return CompactionResult(topic=plan.topic, status=status, horizon=plan.horizon,
-                                previous_horizon=previous_horizon, messages_read=messages_read,
-                                rows=view.num_rows, file=file, version=version, seconds=seconds)
-
     if dry_run:
-        return result("dry-run")
+        return compaction_result(plan, "dry-run", rows=view.num_rows, messages_read=messages_read,
+                                 started_s=started_s)
     file = new_view_file()
     log.io.write_new(f"{log.path}/{file}", encode_view(view), anchor=log.path)  # fsynced before anything names it
+    return commit_view_file(log, plan, file=file, rows=view.num_rows, messages_read=messages_read,
+                            started_s=started_s)
+
+
+def compaction_result(plan: CompactionPlan, status: str, *, rows: int, messages_read: int,
+                      started_s: float | None, file: str | None = None,
+                      version: int | None = None) -> CompactionResult:
+    """The result of a run over ``plan``."""
+    seconds = 0.0 if started_s is None else time.monotonic() - started_s
+    previous_horizon = plan.previous.horizon if plan.previous is not None else 0
+    return CompactionResult(topic=plan.topic, status=status, horizon=plan.horizon,
+                            previous_horizon=previous_horizon, messages_read=messages_read,
+                            rows=rows, file=file, version=version, seconds=seconds)
+
+
+def commit_view_file(log: TopicLog, plan: CompactionPlan, *, file: str, rows: int, messages_read: int = 0,
+                     started_s: float | None = None) -> CompactionResult:
+    """Name a written, fsynced view file (``new_view_file``, ``VIEW_SCHEMA`` rows in offset order with
+    their ids) in a new pointer version; a file superseded by a newer view is deleted (no pointer ever
+    named it, so no reader can have opened it).  Engines that write the file elsewhere (the Spark
+    job's tasks) commit through here, exactly as the local run does."""
+    previous_horizon = plan.previous.horizon if plan.previous is not None else 0
     pointer = view_store(log.io, log.path).commit(
-        horizon=plan.horizon, file=file, rows=view.num_rows, ledger_id=plan.ledger_id,
-        previous_horizon=previous_horizon,
+        horizon=plan.horizon, file=file, rows=rows, ledger_id=plan.ledger_id, previous_horizon=previous_horizon,
     )
     if pointer is None:
-        log.io.delete(f"{log.path}/{file}")  # never named by a pointer: no reader can have opened it
-        return result("superseded")
-    return result("compacted", file, pointer.version)
+        log.io.delete(f"{log.path}/{file}")
+        return compaction_result(plan, "superseded", rows=rows, messages_read=messages_read, started_s=started_s)
+    return compaction_result(plan, "compacted", rows=rows, messages_read=messages_read, started_s=started_s,
+                             file=file, version=pointer.version)
 
 
 def up_to_date(log: TopicLog, topic: str) -> CompactionResult:
@@ -373,8 +388,10 @@ __all__ = [
     "CompactionResult",
     "CompactionSummary",
     "CompactionTask",
+    "commit_view_file",
     "compact_internal_topic",
     "compact_topic",
+    "compaction_result",
     "compaction_tasks",
     "finish_compaction",
     "latest_per_key",

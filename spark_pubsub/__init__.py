@@ -1,14 +1,17 @@
 """The Spark connector for spark-pubsub: ``format("pubsub")`` for streaming and batch reads and writes.
 
-It stays thin: options are parsed into typed models and every messaging decision is made by
-``broker_core``.  ``register(spark)`` makes the format available in a session; the companion
-``pyspark_pubsub`` module also lets Spark discover it on its own (fresh sessions, spark-submit).
+``read_topic(spark, root, ...)`` is the native batch read: the same options and rows as
+``spark.read.format("pubsub")``, read by Spark's own Parquet reader.  It stays thin: options are
+parsed into typed models and every messaging decision is made by ``broker_core``.
+``register(spark)`` makes the format available in a session; the companion ``pyspark_pubsub``
+module also lets Spark discover it on its own (fresh sessions, spark-submit).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from spark_pubsub.native_scan import read_topic
 from spark_pubsub.source import PubSubDataSource
 
 
@@ -17,4 +20,4 @@ def register(spark: Any) -> None:
     spark.dataSource.register(PubSubDataSource)
 
 
-__all__ = ["PubSubDataSource", "register"]
+__all__ = ["PubSubDataSource", "read_topic", "register"]

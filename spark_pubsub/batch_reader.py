@@ -19,25 +19,9 @@ class PubSubBatchReader(DataSourceReader, metaclass=WorkerImportable):
     (default latest), or between ``startingTimestamp`` and ``endingTimestamp`` (publish time)."""
 
     def __init__(self, options: SourceOptions) -> None:
-        for name, value in (("subscription", options.subscription), ("maxMessagesPerTrigger",
-                            options.max_messages_per_trigger), ("minMessagesPerTrigger",
-                            options.min_messages_per_trigger), ("maxBytesPerTrigger", options.max_bytes_per_trigger)):
-            if value:
-                raise InvalidConfiguration(
-                    f"option {name} applies to streaming queries (spark.readStream), not to spark.read",
-                    option=name,
-                )
         self.options = options
-        self.planner = PartitionPlanner(options)
-        self.planner.require_topics()
+        self.planner, start, end = bounded_range(options)
         self.typed = read_plan(options)
-        start = parse_starting_offsets(self.planner, options, default="earliest")
-        if options.ending_timestamp is not None:
-            if options.ending_offsets is not None:
-                raise InvalidConfiguration("give endingOffsets or endingTimestamp, not both", option="endingTimestamp")
-            end = self.planner.timestamp_positions(options.ending_timestamp)
-        else:
-            end = parse_offsets_spec(self.planner, options.ending_offsets or "latest", "endingOffsets")
         self.start: dict[str, Any] = {"v": 1, "parts": start}
         self.end: dict[str, Any] = {"v": 1, "parts": end}
 
@@ -51,4 +35,30 @@ class PubSubBatchReader(DataSourceReader, metaclass=WorkerImportable):
         return read_scan_partition(partition)
 
 
-__all__ = ["PubSubBatchReader"]
+def bounded_range(options: SourceOptions) -> tuple[PartitionPlanner, dict[str, int], dict[str, int]]:
+    """The planner and the ``[start, end)`` offsets per internal topic of a bounded read.
+
+    Shared by ``spark.read.format("pubsub")`` and the native scan (``spark_pubsub.native_scan``), so
+    both accept, refuse and resolve the very same options.
+    """
+    for name, value in (("subscription", options.subscription), ("maxMessagesPerTrigger",
+                        options.max_messages_per_trigger), ("minMessagesPerTrigger",
+                        options.min_messages_per_trigger), ("maxBytesPerTrigger", options.max_bytes_per_trigger)):
+        if value:
+            raise InvalidConfiguration(
+                f"option {name} applies to streaming queries (spark.readStream), not to spark.read",
+                option=name,
+            )
+    planner = PartitionPlanner(options)
+    planner.require_topics()  # a read never creates a topic (DECISIONS D57)
+    start = parse_starting_offsets(planner, options, default="earliest")
+    if options.ending_timestamp is not None:
+        if options.ending_offsets is not None:
+            raise InvalidConfiguration("give endingOffsets or endingTimestamp, not both", option="endingTimestamp")
+        end = planner.timestamp_positions(options.ending_timestamp)
+    else:
+        end = parse_offsets_spec(planner, options.ending_offsets or "latest", "endingOffsets")
+    return planner, start, end
+
+
+__all__ = ["PubSubBatchReader", "bounded_range"]

@@ -9,9 +9,9 @@ only spreads the heavy part over executors.
 Commands:
 
 - ``compact --root R --topic T [--up-to-offset N] [--dry-run] [--retain-null-key]``: topic
-  compaction (``broker_core/compaction.py``) with the latest-message-per-key reduction computed by
-  Spark, for topics too large for one process.  The resulting view is the same file format and is
-  committed on the driver through ``finish_compaction``, exactly like the local run.
+  compaction (``broker_core/compaction.py``) on Spark (``spark_pubsub/compaction_job.py``): the
+  native scan, Spark's own aggregation, view files written by tasks, pointers committed on the
+  driver exactly like the local run, for topics too large for one process.
 - ``retention``, ``ttl``, ``merge-segments``, ``vacuum --root R (--topic T | --namespace NS) [--execute]
   ...``: the
   library jobs (``broker_core/jobs``) spread over executors one internal topic per task, with the
@@ -37,19 +37,17 @@ from broker_core.compacted_view import VIEW_SCHEMA
 from broker_core.compaction import (
     CompactionPlan,
     CompactionResult,
-    CompactionSummary,
     CompactionTask,
     compaction_tasks,
     finish_compaction,
     message_ends,
-    plan_compaction,
     read_compaction_task,
-    up_to_date,
 )
 from broker_core.naming import TopicName
 from broker_core.segment import TIMESTAMP
 from broker_core.storage import file_io_for
 from broker_core.topic_log import TopicLog
+from spark_pubsub.compaction_job import compact_with_spark, default_parallelism
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -151,7 +149,7 @@ def latest_per_key_df(spark: SparkSession, root: str, tasks: list[tuple[str, Com
 
     task_schema, ends_schema, rows_schema = _spark_types()
     task_rows = [(path, t.kind, t.path, t.base_offset, t.lo, t.hi) for path, t in tasks]
-    slices = max(1, min(len(task_rows), parallelism or spark.sparkContext.defaultParallelism * 4))
+    slices = max(1, min(len(task_rows), parallelism or default_parallelism(spark) * 4))
     task_df = spark.createDataFrame(task_rows, task_schema).repartition(slices)
     ends = task_df.mapInArrow(
         _task_reader(root, _ends, to_arrow_schema(ends_schema), ["key", "chunk_id", "num_chunks", "offset"],
@@ -168,43 +166,24 @@ def latest_per_key_df(spark: SparkSession, root: str, tasks: list[tuple[str, Com
     return kept.drop("msg_end")
 
 
-def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offset: int | None = None,
-                       dry_run: bool = False, retain_null_key: bool = False,
-                       parallelism: int | None = None,
-                       storage_options: Mapping[str, str] | None = None) -> CompactionSummary:
-    """``broker_core.compaction.compact_topic`` with the reduction done by Spark.
-
-    The driver plans each internal topic (previous view + log slices up to the horizon), Spark reduces
-    all of them in one job, and the driver writes and commits each view.  The collected views must
-    fit in the driver's memory, as they must in a reader's.
-    """
-    started = time.monotonic()
-    broker = Broker.for_url(root, storage_options=storage_options)
-    name = TopicName.parse(topic)
-    plans: list[tuple[TopicLog, CompactionPlan]] = []
-    skipped: list[CompactionResult] = []
-    for partition in broker.partitions(name, auto_create=False):
-        log = broker.topic_log(partition, create=False)
-        if not log.exists():
-            continue
-        plan = plan_compaction(log, str(partition), up_to_offset=up_to_offset)
-        if plan is None:
-            skipped.append(up_to_date(log, str(partition)))
-        else:
-            plans.append((log, plan))
+def compact_planned_in_tasks(spark: SparkSession, root: str, plans: list[tuple[TopicLog, CompactionPlan]],
+                             read: dict[str, int], *, retain_null_key: bool, parallelism: int | None,
+                             dry_run: bool, started_s: float,
+                             storage_options: Mapping[str, str] | None = None) -> list[CompactionResult]:
+    """The compaction job's path for roots Spark's file systems cannot open: tasks read through the
+    library (``read_compaction_task``), the driver collects each view, writes and commits it."""
     tasks = [(plan.topic_path, task) for _, plan in plans for task in compaction_tasks(plan)]
     collected = pa.table({"topic_path": pa.array([], pa.string())})
     if tasks:
         collected = latest_per_key_df(spark, root, tasks, retain_null_key=retain_null_key,
                                       parallelism=parallelism, storage_options=storage_options).toArrow()
-    results = list(skipped)
+    results = []
     for log, plan in plans:
         mine = collected.filter(pc.equal(collected.column("topic_path"), plan.topic_path))
         view = _view_rows(mine) if mine.num_rows else VIEW_SCHEMA.empty_table()
-        read = sum(t.hi - t.lo for path, t in tasks if path == plan.topic_path and t.kind == "segment")
-        results.append(finish_compaction(log, plan, view, dry_run=dry_run, messages_read=read,
-                                         started_s=started))
-    return CompactionSummary(topic=str(name), results=tuple(sorted(results, key=lambda r: r.topic)))
+        results.append(finish_compaction(log, plan, view, dry_run=dry_run, messages_read=read[plan.topic_path],
+                                         started_s=started_s))
+    return results
 
 
 # -- the command line ------------------------------------------------------------------------------
@@ -318,7 +297,7 @@ def run_per_partition(spark: SparkSession, root: str, job: str, target: str | To
                                        subscription=options["subscription"])
     rows: list[Any] = []
     if partitions:
-        slices = max(1, min(len(partitions), parallelism or spark.sparkContext.defaultParallelism))
+        slices = max(1, min(len(partitions), parallelism or default_parallelism(spark)))
         frame = spark.createDataFrame([(str(p),) for p in partitions], "topic string").repartition(slices)
         runner = _partition_runner(root, job, options, storage_options)
         rows = frame.mapInArrow(runner, "topic string, result string").collect()
@@ -419,6 +398,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     result: int = args.run(args)
     return result
+
+
+__all__ = ["build_parser", "compact_planned_in_tasks", "compact_with_spark", "latest_per_key_df", "main",
+           "run_per_partition"]
 
 
 if __name__ == "__main__":

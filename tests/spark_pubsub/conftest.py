@@ -1,4 +1,9 @@
-"""The one SparkSession of the test run (local[2], UI off, UTC) with the pubsub source registered."""
+"""The one SparkSession of the test run (local[2], UI off, UTC) with the pubsub source registered.
+
+The same JVM also serves Spark Connect (``SparkConnectPlugin`` on an ephemeral port), so the
+``connect`` fixture is a Spark Connect session of that very Spark at no extra start-up cost: tests
+show that an entry point works through both kinds of session.
+"""
 
 from __future__ import annotations
 
@@ -26,10 +31,25 @@ def spark() -> Iterator[object]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
+        .config("spark.connect.grpc.binding.address", "127.0.0.1")
+        .config("spark.connect.grpc.binding.port", "0")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
     spark_pubsub.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect(spark: object) -> Iterator[object]:
+    """A Spark Connect session (DataFrame API only: no SparkContext, no RDD) of the test Spark."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    service = getattr(spark._jvm.org.apache.spark.sql.connect.service, "SparkConnectService$")  # type: ignore[attr-defined]
+    port = getattr(service, "MODULE$").localPort()
+    session = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
     yield session
     session.stop()
 

@@ -296,6 +296,18 @@ def cluster_job(root: str, out: str, master: str, s3: dict[str, Any] | None = No
             report["sink"] = sorted(r.value.decode() for r in copied)
         except Exception as exc:  # reported, the test decides
             report["sink"] = f"error: {type(exc).__name__}: {str(exc)[:2000]}"
+    # the native scan and the Spark compaction job, read and written by the executors
+    from spark_pubsub import read_topic
+    from spark_pubsub.compaction_job import compact_with_spark
+
+    def ids(df: Any) -> list[list[Any]]:
+        rows = df.select("topic", "offset", "messageId", "key", "value").collect()
+        return sorted([r.topic, r.offset, r.messageId, r.key, r.value.decode()] for r in rows)
+
+    report["native_rows"] = ids(read_topic(spark, root, topic="lc"))
+    report["source_rows"] = ids(spark.read.format("pubsub").option("topic", "lc").load(root))
+    compacted = compact_with_spark(spark, root, "lc")
+    report["compaction"] = sorted(r.status for r in compacted.results)
     if s3 is not None:
         report["s3"] = _s3_phase(spark, s3["root"], s3["options"], pids)
     Path(out).write_text(json.dumps(report))

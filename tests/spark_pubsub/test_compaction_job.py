@@ -229,3 +229,79 @@ def test_read_compacted_equals_the_client_s_compacted_reader_after_retention_mer
     run_available_now(source(spark, root, topic="t", readCompacted="true", startingOffsets="earliest"),
                       tmp_path / "ck", got)
     assert sorted(got.rows) == sorted(by_client)
+
+
+def test_the_job_through_spark_connect_and_through_the_fallback_equals_the_local_run(
+    spark: Any, connect: Any, tmp_path: Path, caplog: Any
+) -> None:
+    local = make_root(tmp_path / "local")
+    Broker.for_url(local).admin.create_partitioned_topic("t", 2)
+    send(local, "t", mixed("a", 80))
+    send(local, "t", [("big", bytes(range(256)) * 9), ("k2", None)], max_message_size=1000)
+    compact_topic(Broker.for_url(local), "t")
+    expected = views(local, "t")
+    for name, session, spark_root in (("connect", connect, None), ("fallback", spark, "nosuchfs://b/r")):
+        remote = str(tmp_path / name)
+        sync_log(local, remote)
+        timings: dict[str, float] = {}
+        with caplog.at_level("WARNING", logger="spark_pubsub.native_scan"):
+            summary = compact_with_spark(session, remote, "t", spark_root=spark_root, timings=timings)
+        assert {r.status for r in summary.results} == {"compacted"}, name
+        got = views(remote, "t")
+        assert sorted(got) == sorted(expected)
+        for partition, table in expected.items():
+            assert got[partition].equals(table), (name, partition)
+        assert {"planning", "spark"} <= set(timings)
+        fallback_lines = [r for r in caplog.records if "cannot open" in r.getMessage()]
+        assert len(fallback_lines) == (1 if spark_root else 0), name
+        caplog.clear()
+
+
+def _expected_view(root: str, scratch: Path, horizon: int) -> pa.Table:
+    """The local run's view of the log up to ``horizon`` (computed on a copy)."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    sync_log(root, str(scratch))
+    compact_topic(Broker.for_url(str(scratch)), "t", up_to_offset=horizon)
+    return views(str(scratch), "t")["persistent://public/default/t"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_spark_job_killed_at_random_moments_leaves_a_consistent_view(spark: Any, tmp_path: Path) -> None:
+    import random
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "broker_core"))
+    from log_helpers import kill_after_events
+
+    rng = random.Random(20261125)
+    root = make_root(tmp_path / "root")
+    send(root, "t", [("k0", b"seed")])
+    worker = Path(__file__).resolve().parent / "compaction_kill_worker.py"
+    kills = compactions = 0
+    for trial in range(3):
+        proc = subprocess.Popen([sys.executable, str(worker), root, str(trial)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr else ""
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        # the kill lands after a random phase of the job: its planning, its Spark job (files being
+        # written), after the files were written but before the commit, or after a commit
+        lines = kill_after_events(proc, "phase ", rng.randint(1, 7), rng)
+        kills += 1
+        compactions += sum(1 for line in lines if line.startswith("compacted "))
+        pointer = views(root, "t").get("persistent://public/default/t")
+        if pointer is not None:  # the view named now is whole and is exactly the local run's
+            horizon = int(pointer.column("offset").to_pylist()[-1]) + 1 if pointer.num_rows else 0
+            log = Broker.for_url(root).topic_log(TopicName.parse("t"))
+            latest = view_store(log.io, log.path).latest()
+            assert latest is not None
+            assert pointer.equals(_expected_view(root, tmp_path / "model", latest.horizon)), horizon
+    summary = compact_with_spark(spark, root, "t")  # a rerun after the last kill completes the view
+    assert summary.results[0].status in ("compacted", "up-to-date")
+    snap_end = Broker.for_url(root).topic_log(TopicName.parse("t")).snapshot().next_offset
+    assert views(root, "t")["persistent://public/default/t"].equals(
+        _expected_view(root, tmp_path / "model", snap_end))
+    print(f"{kills} kills, {compactions} completed compactions before them")

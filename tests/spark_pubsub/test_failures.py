@@ -106,7 +106,9 @@ def test_reconsume_later_retries_after_the_delay_then_dead_letters(
     assert sorted(int(props[RECONSUMETIMES]) for _, _, props, _, _ in retried) == sorted([1, 2] * len(bad))
     for _, _, props, deliver_at, seen_at in retried:
         assert props[REAL_TOPIC] == "persistent://public/default/work" and props["reason"] == "flaky"
-        assert seen_at >= deliver_at.timestamp() - 0.5  # not read before it was due
+        # not read before it was due: non-strict delayed delivery (Pulsar's default) may deliver up to
+        # one tick (delayedDeliveryTickTimeMillis, 1 s) early (DECISIONS D44)
+        assert seen_at >= deliver_at.timestamp() - 1.5
     assert sum(o.retried for o in outcomes) == limit * len(bad)
     assert sum(o.dead_lettered for o in outcomes) == len(bad)
 

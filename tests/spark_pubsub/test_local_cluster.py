@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyspark
 import pytest
@@ -20,14 +22,24 @@ from moto_s3 import MotoS3
 from source_job import make_root, names
 
 from broker_core.broker import Broker
+from broker_core.compacted_view import COMPACTED_DIR, decode_view, view_store
+from broker_core.compaction import compact_topic
+from spark_pubsub import read_topic
 
 HERE = Path(__file__).resolve().parent
 MASTER = "local-cluster[2,1,1024]"
 
 
+def _view(root: str, part: Any) -> Any:
+    log = Broker.for_url(root).topic_log(part, create=False)
+    pointer = view_store(log.io, log.path).latest()
+    assert pointer is not None
+    return decode_view(log.io.open_input(f"{log.path}/{pointer.file}"))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_end_to_end_on_a_local_cluster(tmp_path: Path, moto_s3: MotoS3) -> None:
+def test_end_to_end_on_a_local_cluster(spark: Any, tmp_path: Path, moto_s3: MotoS3) -> None:
     """Also reads and writes an S3 root (moto) from the executors, with ``storage.*`` options."""
     spark_home = Path(pyspark.__file__).parent  # pip's pyspark ships bin/ and jars/ here
     if not (spark_home / "bin" / "spark-class").exists():
@@ -86,6 +98,18 @@ def test_end_to_end_on_a_local_cluster(tmp_path: Path, moto_s3: MotoS3) -> None:
         assert cursor is not None
         assert cursor.mark_delete == broker.topic_log(part).snapshot().next_offset
         assert not any(cursor.claims.values())
+    # the native scan on the cluster: the source's rows and ids, and the same as on local[2]
+    assert report["native_rows"] == report["source_rows"] and len(report["native_rows"]) == 2000
+    here = sorted([r.topic, r.offset, r.messageId, r.key, r.value.decode()] for r in read_topic(
+        spark, root, topic="lc").select("topic", "offset", "messageId", "key", "value").collect())
+    assert report["native_rows"] == [list(r) for r in here]
+    # the compaction job on the cluster wrote the views the local run writes
+    assert report["compaction"] == ["compacted", "compacted"]
+    local = make_root(tmp_path / "local")
+    shutil.copytree(root, local, dirs_exist_ok=True, ignore=shutil.ignore_patterns(COMPACTED_DIR))
+    compact_topic(Broker.for_url(local), "lc")
+    for part in broker.partitions("lc"):
+        assert _view(root, part).equals(_view(local, part)), part
     if report["sink"] is not None:  # spark_pubsub/sink.py exists: what went through it came back
         assert report["sink"] == expected, report["sink"]
     # the S3 root: produced by the driver's process, read and copied by the executors through obstore

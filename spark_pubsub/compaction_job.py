@@ -1,0 +1,222 @@
+"""Topic compaction on Spark: the native scan, Spark's own aggregation, view files written by tasks.
+
+The driver plans each internal topic exactly as the local run does (``plan_compaction``: the
+previous view and the log offsets up to the horizon, from one snapshot).  Spark then
+
+1. reads the previous view files and the planned segment rows with its own Parquet reader
+   (``native_scan.positioned_segments`` gives each row its offset and message id in the JVM);
+2. finds each key's newest message end with ``max(offset)`` grouped by (topic, key) over the
+   message-ending rows, and keeps the rows of winning messages with a left-semi join on the
+   message end (every chunk of a chunked winner; tombstones dropped), as ``latest_per_key`` does;
+3. hash-partitions the survivors by topic, sorts them by offset, and each task writes one topic's
+   view file through the project's ``FileIO`` (``mapInArrow``): a fresh ``_compacted/<32 hex>.parquet``
+   name, written once and fsynced, never visible until named.
+
+Only then does the driver commit each topic's pointer (``commit_view_file``, put-if-absent), so a
+job killed at any instant leaves the old view or the new one, and files of killed runs are orphans
+for vacuum (``docs/PROTOCOL.md``).  Where Spark cannot open the root the job reads through the
+library in its tasks instead (``legacy_latest_per_key_df``), with one log line.
+
+Only the DataFrame API is used, so the job runs on a classic or a Spark Connect session.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from broker_core.broker import Broker
+from broker_core.compacted_view import VIEW_SCHEMA, encode_view, new_view_file
+from broker_core.compaction import (
+    CompactionPlan,
+    CompactionResult,
+    CompactionSummary,
+    commit_view_file,
+    compaction_result,
+    compaction_tasks,
+    finish_compaction,
+    plan_compaction,
+    up_to_date,
+)
+from broker_core.naming import TopicName
+from broker_core.segment import SEGMENT_SCHEMA, TIMESTAMP
+from broker_core.topic_log import TopicLog
+from spark_pubsub.native_plan import plan_topic_read
+from spark_pubsub.native_scan import functions_for, positioned_segments, root_uri, spark_can_open, spark_url
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+_TIME_COLUMNS = ("publish_time", "event_time", "deliver_at")
+_WRITTEN_SCHEMA = "topic_path string, file string, rows long, write_s double"
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """Tasks to use when the caller names none: the cores of a classic session, else the session's
+    shuffle partitions (a Spark Connect client has no ``SparkContext`` to ask)."""
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        return int(spark.sparkContext.defaultParallelism)
+    return max(1, int(spark.conf.get("spark.sql.shuffle.partitions") or 2))
+
+
+def _input_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]]) -> DataFrame:
+    """Every planned row of every topic: ``topic_path``, the view columns (times as µs longs)."""
+    F = functions_for(spark)
+    names = SEGMENT_SCHEMA.names
+    frames = []
+    for topic_log, plan in plans:
+        read = plan_topic_read(topic_log, topic=plan.topic, partition=-1, start=plan.start, end=plan.horizon,
+                               read_compacted=False, fail_on_data_loss=False, snapshot=plan.snapshot)
+        if read.segments:
+            frames.append(positioned_segments(spark, base, read, tuple(names)).withColumn(
+                "topic_path", F.lit(plan.topic_path)))
+        if plan.previous is not None:
+            view = spark.read.parquet(f"{base}/{plan.topic_path}/{plan.previous.file}")
+            frames.append(view.withColumn("topic_path", F.lit(plan.topic_path)))
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out.select("topic_path", *[F.unix_micros(F.col(n)).alias(n) if n in _TIME_COLUMNS else F.col(n)
+                                      for n in VIEW_SCHEMA.names])
+
+
+def latest_per_key_native(spark: SparkSession, rows: DataFrame, *, retain_null_key: bool = False) -> DataFrame:
+    """``broker_core.compaction.latest_per_key`` in Spark: the rows of each key's newest message."""
+    F = functions_for(spark)
+    rest = F.coalesce(F.col("num_chunks"), F.lit(1)) - 1 - F.coalesce(F.col("chunk_id"), F.lit(0))
+    rows = rows.withColumn("msg_end", F.col("offset") + F.greatest(rest, F.lit(0)).cast("long"))
+    keyed = rows.where(F.col("key").isNotNull())
+    winners = (keyed.where(F.col("msg_end") == F.col("offset")).groupBy("topic_path", "key")
+               .agg(F.max("offset").alias("msg_end")).drop("key"))
+    kept = keyed.join(winners, ["topic_path", "msg_end"], "left_semi").where(F.col("value").isNotNull())
+    if retain_null_key:
+        kept = kept.unionByName(rows.where(F.col("key").isNull()))
+    return kept.drop("msg_end")
+
+
+def _view_writer(root: str, storage_options: Mapping[str, str] | None = None,
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A ``mapInArrow`` function: the input holds whole topics in ``(topic_path, offset)`` order; each
+    topic's rows become one view file written through the root's ``FileIO`` (fsynced, fresh name)."""
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        io = Broker.for_url(root, storage_options=storage_options).io
+        pending: list[pa.RecordBatch] = []
+        current: str | None = None
+
+        def flush() -> pa.RecordBatch:
+            started = time.monotonic()
+            table = pa.Table.from_batches(pending)
+            columns = [table.column(n).cast(TIMESTAMP) if n in _TIME_COLUMNS else table.column(n)
+                       for n in VIEW_SCHEMA.names]
+            view = pa.Table.from_arrays(columns, names=VIEW_SCHEMA.names).cast(VIEW_SCHEMA).sort_by("offset")
+            file = new_view_file()
+            assert current is not None
+            io.write_new(f"{current}/{file}", encode_view(view), anchor=current)
+            return pa.RecordBatch.from_pylist(
+                [{"topic_path": current, "file": file, "rows": view.num_rows,
+                  "write_s": time.monotonic() - started}])
+
+        for batch in batches:
+            paths = batch.column(0)
+            for path in paths.unique().to_pylist():  # sorted input: a batch spans few topics
+                piece = batch if paths.null_count == 0 and pc.all(pc.equal(paths, path)).as_py() else (
+                    batch.filter(pc.equal(paths, path)))
+                if path != current and pending:
+                    yield flush()
+                    pending = []
+                current = path
+                pending.append(piece)
+        if pending:
+            yield flush()
+
+    return write
+
+
+def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offset: int | None = None,
+                       dry_run: bool = False, retain_null_key: bool = False, parallelism: int | None = None,
+                       spark_root: str | None = None, timings: dict[str, float] | None = None,
+                       progress: Callable[[str], None] | None = None,
+                       storage_options: Mapping[str, str] | None = None) -> CompactionSummary:
+    """``broker_core.compaction.compact_topic`` on Spark (see the module docstring).
+
+    ``timings``, when given, receives seconds per phase (``planning``, ``spark`` for the scan,
+    reduction and writes, ``write`` summed over tasks, ``commit``); ``progress`` is told of each
+    phase as it ends (kill trials use it).
+    """
+    started = time.monotonic()
+    clock = {"t": started}
+
+    def phase(name: str) -> None:
+        now = time.monotonic()
+        if timings is not None:
+            timings[name] = timings.get(name, 0.0) + now - clock["t"]
+        clock["t"] = now
+        if progress is not None:
+            progress(name)
+
+    broker = Broker.for_url(root, storage_options=storage_options)
+    name = TopicName.parse(topic)
+    plans: list[tuple[TopicLog, CompactionPlan]] = []
+    results: list[CompactionResult] = []
+    for partition in broker.partitions(name, auto_create=False):
+        topic_log = broker.topic_log(partition, create=False)
+        if not topic_log.exists():
+            continue
+        plan = plan_compaction(topic_log, str(partition), up_to_offset=up_to_offset)
+        if plan is None:
+            results.append(up_to_date(topic_log, str(partition)))
+        else:
+            plans.append((topic_log, plan))
+    base = spark_url(spark_root or root_uri(root, storage_options))
+    native = bool(plans) and spark_can_open(spark, base, [
+        plan_topic_read(lg, topic=p.topic, partition=-1, start=p.start, end=p.horizon, read_compacted=False,
+                        fail_on_data_loss=False, snapshot=p.snapshot) for lg, p in plans],
+        instead="the compaction job's tasks read through the library instead")
+    phase("planning")
+    read = {p.topic_path: sum(t.hi - t.lo for t in compaction_tasks(p) if t.kind == "segment") for _, p in plans}
+    if plans and not native:
+        from spark_pubsub.jobs import compact_planned_in_tasks
+
+        results += compact_planned_in_tasks(spark, root, plans, read, retain_null_key=retain_null_key,
+                                            parallelism=parallelism, dry_run=dry_run, started_s=started,
+                                            storage_options=storage_options)
+        phase("spark")
+    elif plans:
+        kept = latest_per_key_native(spark, _input_rows(spark, base, plans), retain_null_key=retain_null_key)
+        slices = max(1, min(len(plans), parallelism or default_parallelism(spark)))
+        by_topic = {p.topic_path: (lg, p) for lg, p in plans}
+        if dry_run:
+            counts = {r["topic_path"]: r["count"] for r in kept.groupBy("topic_path").count().collect()}
+            phase("spark")
+            results += [compaction_result(p, "dry-run", rows=counts.get(path, 0), messages_read=read[path],
+                                          started_s=started) for path, (_, p) in by_topic.items()]
+        else:
+            written = (kept.repartition(slices, "topic_path").sortWithinPartitions("topic_path", "offset")
+                       .mapInArrow(_view_writer(root, storage_options), _WRITTEN_SCHEMA).collect())
+            phase("spark")
+            if timings is not None:
+                timings["write"] = sum(r["write_s"] for r in written)
+            if progress is not None:
+                progress("written")
+            done = {r["topic_path"]: r for r in written}
+            for path, (topic_log, plan) in by_topic.items():
+                row = done.get(path)
+                if row is None:  # every key deleted: an empty view, written here
+                    results.append(finish_compaction(topic_log, plan, VIEW_SCHEMA.empty_table(),
+                                                     messages_read=read[path], started_s=started))
+                else:
+                    results.append(commit_view_file(topic_log, plan, file=row["file"], rows=row["rows"],
+                                                    messages_read=read[path], started_s=started))
+            phase("commit")
+    return CompactionSummary(topic=str(name), results=tuple(sorted(results, key=lambda r: r.topic)))
+
+
+__all__ = ["compact_with_spark", "default_parallelism", "latest_per_key_native"]

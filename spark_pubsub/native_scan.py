@@ -1,0 +1,246 @@
+"""``read_topic``: a bounded read of topics by Spark's own Parquet reader, at JVM speed.
+
+The driver plans one snapshot per internal topic from the log (``native_plan``), exactly as
+``spark.read.format("pubsub")`` would with the same options (one options model, one planner), and
+builds a DataFrame that Spark's file source reads: the segment files of that snapshot, joined on
+``(_metadata.file_name, _metadata.row_index >> shift)`` to a small broadcast *id table* that gives
+every row its offset and message id.  No Python runs per row, the read splits over executors like
+any Parquet read, and the result has exactly ``SOURCE_SCHEMA`` and the source's values.
+
+Only the DataFrame API is used (no ``SparkContext``, no RDD), so it works on Spark Connect too.
+
+Where Spark's file systems cannot open the root (``s3://`` without Hadoop's S3 connector, a scheme
+Spark does not know), the read falls back to ``format("pubsub")`` with one log line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from broker_core.errors import InvalidConfiguration
+from spark_pubsub.batch_reader import bounded_range
+from spark_pubsub.native_plan import TopicRead, id_table, plan_topic_read
+from spark_pubsub.options import SourceOptions, parse_options
+from spark_pubsub.schema import CREATE_TIME, SOURCE_SCHEMA, user_topic
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+_SEGMENT_COLUMNS = ("key", "value", "publish_time", "event_time", "properties", "producer_name", "sequence_id",
+                    "ordering_key", "deliver_at")
+
+
+def functions_for(spark: SparkSession) -> Any:
+    """``pyspark.sql.functions`` for this kind of session.
+
+    The generic module picks Spark Connect only when the whole process runs in Connect mode; a
+    process holding both kinds of session (a Connect client beside a classic driver) must pick by
+    the session, or a classic Column would reach a Connect DataFrame.
+    """
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        from pyspark.sql.connect import functions as connect_functions
+
+        return connect_functions
+    from pyspark.sql import functions
+
+    return functions
+
+
+def spark_url(uri: str) -> str:
+    """The URL Spark's file systems use for a storage root: ``s3://`` is Hadoop's ``s3a://``."""
+    if uri.lower().startswith("s3://"):
+        return "s3a://" + uri[len("s3://"):]
+    return uri.rstrip("/")
+
+
+def read_topic(
+    spark: SparkSession,
+    root: str,
+    *,
+    topic: str | None = None,
+    topics: str | None = None,
+    topicsPattern: str | None = None,
+    startingOffsets: str | None = None,
+    endingOffsets: str | None = None,
+    startingTimestamp: int | None = None,
+    endingTimestamp: int | None = None,
+    readCompacted: bool = False,
+    failOnDataLoss: bool = True,
+    spark_root: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """Every live message between the starting and ending offsets (or times), like
+    ``spark.read.format("pubsub").options(...).load(root)``: the same options, rows and schema.
+
+    Args:
+        spark: a classic or Spark Connect session.
+        root: the storage root as the driver opens it (a folder or ``file://`` URL).
+        topic, topics, topicsPattern, startingOffsets, endingOffsets, startingTimestamp,
+            endingTimestamp, readCompacted, failOnDataLoss: the source's options, same meaning.
+            With ``failOnDataLoss=False`` a segment file deleted after planning (vacuum) is skipped;
+            with ``True`` (the default) reading it fails, naming the file.
+        spark_root: the same root as Spark's file systems name it, when that differs (a mount seen
+            as ``dbfs:/...`` by Spark and ``/dbfs/...`` by the driver); default: ``root``, with
+            ``s3://`` mapped to ``s3a://``.
+        storage_options: how the driver and the fallback reach an object-store root (the keys of
+            ``Client(storage_options=...)``; passed to ``format("pubsub")`` as ``storage.*`` options).
+
+    Raises:
+        InvalidConfiguration: a bad option (the same messages as ``format("pubsub")``).
+        DataLoss: retention removed offsets in the range and ``failOnDataLoss`` is set.
+    """
+    given: dict[str, Any] = {"path": root, "topic": topic, "topics": topics, "topicsPattern": topicsPattern,
+                             "startingOffsets": startingOffsets, "endingOffsets": endingOffsets,
+                             "startingTimestamp": startingTimestamp, "endingTimestamp": endingTimestamp,
+                             "readCompacted": readCompacted, "failOnDataLoss": failOnDataLoss}
+    strings = {k: _option_string(k, v) for k, v in given.items() if v is not None}
+    strings.update({f"storage.{k}": _option_string(k, v) for k, v in (storage_options or {}).items()})
+    options: SourceOptions = parse_options(SourceOptions, strings)
+    plans = plan_read(options)
+    base = spark_url(spark_root or root_uri(options.root, options.storage_options))
+    if not spark_can_open(spark, base, plans):
+        return spark.read.format("pubsub").options(**strings).load()
+    return scan_plans(spark, base, plans, fail_on_data_loss=options.fail_on_data_loss)
+
+
+def _option_string(name: str, value: Any) -> str:
+    """A keyword argument as the string Spark would pass (booleans lower-case, as Spark writes them)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int)):
+        return str(value)
+    raise InvalidConfiguration(f"option {name}: expected a string, int or bool, got {value!r}", option=name)
+
+
+def root_uri(root: str, storage_options: Mapping[str, str] | None = None) -> str:
+    from broker_core.storage import file_io_for
+
+    return file_io_for(root, fsync=False, storage_options=storage_options).root_uri
+
+
+def plan_read(options: SourceOptions) -> list[TopicRead]:
+    """One ``TopicRead`` per internal topic with rows in range (the driver's whole planning)."""
+    planner, start, end = bounded_range(options)
+    plans = []
+    for name, display, index in planner.internal_topics():
+        lo, hi = start.get(display), end.get(display)
+        if lo is None or hi is None or hi <= lo:
+            continue
+        plan = plan_topic_read(planner.broker.topic_log(name), topic=display, partition=index, start=lo, end=hi,
+                               read_compacted=options.read_compacted, fail_on_data_loss=options.fail_on_data_loss)
+        if plan.segments or plan.view is not None:
+            plans.append(plan)
+    return plans
+
+
+def spark_can_open(spark: SparkSession, base: str, plans: list[TopicRead], *,
+                   instead: str = "reading through format('pubsub') instead (the Python Data Source path)") -> bool:
+    """Whether Spark's file systems open the root: resolve one planned file's schema (a file system
+    lookup and a footer read on the driver); if not, log one line saying what happens ``instead``."""
+    probe = next((f"{base}/{p.topic_path}/{p.segments[0].segment.path}" for p in plans if p.segments), None)
+    if probe is None:
+        probe = next((f"{base}/{p.topic_path}/{p.view[0]}" for p in plans if p.view is not None), None)
+    if probe is None:
+        return True
+    try:
+        _ = spark.read.parquet(probe).schema
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        log.warning("spark_pubsub: Spark cannot open %s (%s); %s", base, reason, instead)
+        return False
+    return True
+
+
+def scan_plans(spark: SparkSession, base: str, plans: list[TopicRead], *, fail_on_data_loss: bool) -> DataFrame:
+    """The DataFrame of planned reads (``SOURCE_SCHEMA``), one Parquet scan per internal topic and view."""
+    frames = []
+    for plan in plans:
+        if plan.segments:
+            frames.append(_segment_frame(spark, base, plan, fail_on_data_loss))
+        if plan.view is not None:
+            frames.append(_view_frame(spark, base, plan, fail_on_data_loss))
+    if not frames:
+        return spark.createDataFrame([], SOURCE_SCHEMA)
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def _reader(spark: SparkSession, fail_on_data_loss: bool) -> Any:
+    # failOnDataLoss=false: a file vacuumed after planning is skipped like any lost range
+    return spark.read.option("ignoreMissingFiles", "false" if fail_on_data_loss else "true")
+
+
+def positioned_segments(spark: SparkSession, base: str, plan: TopicRead, columns: tuple[str, ...], *,
+                        fail_on_data_loss: bool = True) -> DataFrame:
+    """The planned segment rows of one internal topic: ``columns`` plus ``offset``, ``entry_id`` and
+    ``batch_index`` (the view file's position columns), computed in the JVM from the id table."""
+    F = functions_for(spark)
+    table, shift = id_table(plan.segments)
+    # one long join key (a hash of file and bucket) lets Spark use its fast long-keyed hash relation;
+    # the condition checks the file name itself, so a hash collision can never pair the wrong rows
+    # (written so that Spark does not turn it into a second, string, join key)
+    ids = spark.createDataFrame(table)
+    ids = ids.withColumn("_key", F.xxhash64("file_name", "bucket")).hint("broadcast")
+    files = [f"{base}/{plan.topic_path}/{r.segment.path}" for r in plan.segments]
+    rows = (_reader(spark, fail_on_data_loss).parquet(*files)
+            .select(*columns, F.col("_metadata.file_name").alias("_file"), F.col("_metadata.row_index").alias("_row")))
+    rows = rows.withColumn("_key", F.xxhash64("_file", F.shiftright(F.col("_row"), shift)))
+    same_file = (F.startswith(rows["_file"], ids["file_name"])
+                 & (F.length(rows["_file"]) - F.length(ids["file_name"]) == 0))
+    joined = rows.join(ids, (rows["_key"] == ids["_key"]) & same_file
+                       & (rows["_row"] >= ids["row_lo"]) & (rows["_row"] < ids["row_hi"]))
+    rel = F.col("_row") - F.col("run_start")
+    batched = F.col("size") > 0
+    entry = F.col("entry_base") + F.when(batched, F.expr("(_row - run_start) div size")).otherwise(rel)
+    batch = F.when(batched, F.pmod(rel, F.col("size"))).otherwise(F.lit(-1))
+    return joined.select(*columns, (F.col("base_offset") + F.col("_row")).alias("offset"),
+                         entry.cast("long").alias("entry_id"), batch.cast("int").alias("batch_index"))
+
+
+def _segment_frame(spark: SparkSession, base: str, plan: TopicRead, fail_on_data_loss: bool) -> DataFrame:
+    F = functions_for(spark)
+    rows = positioned_segments(spark, base, plan, _SEGMENT_COLUMNS, fail_on_data_loss=fail_on_data_loss)
+    return _source_columns(F, rows, plan, F.col("offset"), F.col("entry_id"), F.col("batch_index"))
+
+
+def _view_frame(spark: SparkSession, base: str, plan: TopicRead, fail_on_data_loss: bool) -> DataFrame:
+    F = functions_for(spark)
+    assert plan.view is not None
+    file, lo, hi = plan.view
+    rows = (_reader(spark, fail_on_data_loss).parquet(f"{base}/{plan.topic_path}/{file}")
+            .where((F.col("offset") >= lo) & (F.col("offset") < hi)))
+    return _source_columns(F, rows, plan, F.col("offset"), F.col("entry_id"), F.col("batch_index"))
+
+
+def _source_columns(F: Any, frame: DataFrame, plan: TopicRead, offset: Column, entry: Column,
+                    batch: Column) -> DataFrame:
+    """Segment columns plus positions, as ``SOURCE_SCHEMA`` (names, types, nullability)."""
+    # coalesce: ``div``/``pmod`` are nullable for Spark (a zero size), which a run never has
+    message_id = F.coalesce(F.concat(F.lit(f"{plan.ledger_id}:"), entry.cast("string"),
+                                     F.lit(f":{plan.partition}:"), batch.cast("string")), F.lit(""))
+    epoch = F.lit(0).cast("timestamp")
+    publish = F.coalesce(F.col("publish_time"), epoch)  # coalesce: never null, as declared
+    return frame.select(
+        F.col("key"), F.col("value"), F.lit(user_topic(plan.topic, plan.partition)).alias("topic"),
+        F.lit(plan.partition).cast("int").alias("partition"),
+        F.coalesce(offset.cast("long"), F.lit(-1).cast("long")).alias("offset"),
+        message_id.alias("messageId"),
+        publish.alias("publishTime"),
+        F.col("event_time").alias("eventTime"), F.col("properties"), F.col("producer_name").alias("producerName"),
+        F.col("sequence_id").alias("sequenceId"), F.col("ordering_key").alias("orderingKey"),
+        F.lit(0).cast("int").alias("redeliveryCount"), F.col("deliver_at").alias("deliverAt"),
+        F.lit(plan.topic).alias("internalTopic"), publish.alias("timestamp"),
+        F.lit(CREATE_TIME).cast("int").alias("timestampType"),
+    )
+
+
+
+
+__all__ = ["functions_for", "plan_read", "positioned_segments", "read_topic", "root_uri", "scan_plans",
+           "spark_can_open", "spark_url"]

@@ -1,0 +1,228 @@
+"""``spark_pubsub.read_topic``: the native scan returns exactly what ``spark.read.format("pubsub")`` does.
+
+One root holds every topic shape (batched, unbatched and chunked messages, several codecs and
+partitions, retention having removed a front segment, merged segments, a compacted view); each test
+compares the two paths with chispa on the same options.  Planning is pure Python on the driver, so
+the planning tests run without Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from source_job import make_root
+
+from broker_core import Client, CompressionType, InitialPosition
+from broker_core.broker import Broker
+from broker_core.compaction import compact_topic
+from broker_core.errors import DataLoss, InvalidConfiguration
+from broker_core.jobs import merge_segments, run_retention
+from broker_core.log.segment_ref import SegmentRef
+from spark_pubsub import read_topic
+from spark_pubsub.native_plan import id_table, layout_runs, plan_topic_read
+from spark_pubsub.native_scan import spark_url
+from spark_pubsub.schema import SOURCE_SCHEMA
+
+T0 = 1_700_000_000_000
+
+
+def _send(client: Client, topic: str, n: int, prefix: str, **producer: Any) -> None:
+    p = client.create_producer(topic, **producer)
+    for i in range(n):
+        p.send_async(f"{prefix}{i}".encode() * (1 + i % 3), None, partition_key=None if i % 9 == 0 else f"k{i % 7}",
+                     properties={"i": str(i)} if i % 2 else None, event_timestamp=T0 + i if i % 3 else None,
+                     ordering_key=f"o{i % 2}" if i % 4 == 1 else None)
+    p.flush()
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Topics of every shape; ``shapes`` is partitioned, ``small`` lost its front and was merged."""
+    path = make_root(tmp_path_factory.mktemp("native") / "root", maxMessageSize=2000)
+    broker = Broker.for_url(path)
+    broker.admin.create_partitioned_topic("shapes", 3)
+    client = Client(path)
+    try:
+        _send(client, "shapes", 40, "plain-")  # unbatched: single entries
+        _send(client, "shapes", 90, "batched-", batching_enabled=True, batching_max_messages=7,
+              compression_type=CompressionType.LZ4)
+        _send(client, "shapes", 30, "zstd-", batching_enabled=True, batching_max_messages=5,
+              compression_type=CompressionType.ZSTD)
+        big = client.create_producer("shapes", chunking_enabled=True)
+        for i in range(3):
+            big.send(bytes(range(256)) * (12 + i), partition_key=f"big{i}")  # chunked: several rows each
+        big.close()
+        for i in range(6):  # many small segments, then retention of a front part, then a merge
+            _send(client, "small", 5, f"s{i}-", batching_enabled=i % 2 == 1, batching_max_messages=2)
+        sub = client.subscribe("small", "s", initial_position=InitialPosition.Earliest)
+        for _ in range(12):
+            sub.acknowledge_cumulative(sub.receive(timeout_millis=5000))
+        sub.close()
+        for i in range(3):
+            _send(client, "compacted", 20, f"c{i}-", batching_enabled=i == 1)
+    finally:
+        client.close()
+    run_retention(broker, "small", retention_time_in_minutes=0, retention_size_in_mb=0)
+    merge_segments(broker, "small", min_age_ms=0, min_segments=2, dry_run=False)
+    compact_topic(broker, "compacted")
+    client = Client(path)
+    try:
+        _send(client, "compacted", 10, "tail-")
+    finally:
+        client.close()
+    return path
+
+
+def via_source(spark: Any, root: str, **options: Any) -> Any:
+    reader = spark.read.format("pubsub")
+    for key, value in options.items():
+        reader = reader.option(key, str(value).lower() if isinstance(value, bool) else str(value))
+    return reader.load(root).orderBy("topic", "offset")
+
+
+def assert_same(spark: Any, root: str, **options: Any) -> int:
+    native = read_topic(spark, root, **options)
+    assert native.schema == SOURCE_SCHEMA
+    expected = via_source(spark, root, **options)
+    assert_df_equality(native.orderBy("topic", "offset"), expected)
+    return expected.count()
+
+
+def test_every_topic_shape_reads_the_same_as_the_source(spark: Any, root: str) -> None:
+    logs = Broker.for_url(root)
+    small = logs.topic_log(logs.partitions("small")[0]).snapshot()
+    assert small.first_offset > 0 and any(s.num_records > 5 for s in small.segments)  # retained, merged
+    shapes = sum(logs.topic_log(p).snapshot().next_offset for p in logs.partitions("shapes"))
+    assert assert_same(spark, root, topic="shapes") == shapes > 160 + 3  # chunked messages: several rows
+    assert assert_same(spark, root, topic="small") == 30 - small.first_offset
+    assert assert_same(spark, root, topics="shapes,compacted") > 160
+    assert assert_same(spark, root, topic="compacted", readCompacted=True) < 70
+    assert assert_same(spark, root, topic="compacted") == 70
+
+
+def test_offsets_timestamps_and_patterns_match(spark: Any, root: str) -> None:
+    first = "persistent://public/default/shapes-partition-1"
+    assert_same(spark, root, topic="shapes", startingOffsets=f'{{"{first}": 5}}',
+                endingOffsets=f'{{"{first}": 40}}')
+    assert_same(spark, root, topicsPattern="persistent://public/default/comp.*", startingTimestamp=T0)
+    assert assert_same(spark, root, topic="compacted", readCompacted=True,
+                       startingOffsets='{"compacted": 10}', endingOffsets='{"compacted": 65}') > 0
+
+
+def test_retention_loss_is_refused_or_skipped_as_the_source_does(spark: Any, root: str) -> None:
+    with pytest.raises(DataLoss, match="failOnDataLoss"):
+        read_topic(spark, root, topic="small", startingOffsets='{"small": 0}')
+    assert_same(spark, root, topic="small", startingOffsets='{"small": 0}', failOnDataLoss=False)
+
+
+def test_bad_options_fail_as_in_the_source(spark: Any, root: str) -> None:
+    with pytest.raises(InvalidConfiguration, match="topic"):
+        read_topic(spark, root)
+    with pytest.raises(InvalidConfiguration, match="startingOffsets"):
+        read_topic(spark, root, topic="shapes", startingOffsets="yesterday")
+    with pytest.raises(InvalidConfiguration, match="not both"):
+        read_topic(spark, root, topic="shapes", startingOffsets="earliest", startingTimestamp=1)
+    with pytest.raises(InvalidConfiguration, match="startingTimestamp"):
+        read_topic(spark, root, topic="shapes", startingTimestamp=-1)
+    with pytest.raises(InvalidConfiguration, match="storage root"):
+        read_topic(spark, "", topic="shapes")
+
+
+def test_a_read_sees_one_snapshot_while_the_topic_grows(spark: Any, tmp_path: Path) -> None:
+    root = make_root(tmp_path / "root")
+    client = Client(root)
+    try:
+        _send(client, "grow", 50, "a")
+        df = read_topic(spark, root, topic="grow")
+        _send(client, "grow", 50, "b")  # after planning: neither new files nor offsets are read
+        assert df.count() == 50 and df.agg({"offset": "max"}).collect()[0][0] == 49
+    finally:
+        client.close()
+
+
+def test_a_file_vacuumed_after_planning_fails_or_is_skipped(spark: Any, tmp_path: Path) -> None:
+    root = make_root(tmp_path / "root")
+    client = Client(root)
+    try:
+        for i in range(3):
+            _send(client, "vac", 10, f"v{i}-")
+    finally:
+        client.close()
+    strict = read_topic(spark, root, topic="vac")
+    lenient = read_topic(spark, root, topic="vac", failOnDataLoss=False)
+    log = Broker.for_url(root).topic_log(Broker.for_url(root).partitions("vac")[0])
+    first = log.snapshot().segments[0].path
+    (Path(log.io.abs_path(f"{log.path}/{first}"))).unlink()
+    with pytest.raises(Exception, match=first.replace(".", r"\.")):
+        strict.collect()
+    assert sorted(r.offset for r in lenient.select("offset").collect()) == list(range(10, 30))
+
+
+def test_a_root_spark_cannot_open_falls_back_to_the_source(spark: Any, root: str, caplog: Any) -> None:
+    with caplog.at_level(logging.WARNING, logger="spark_pubsub.native_scan"):
+        df = read_topic(spark, root, topic="small", spark_root="nosuchfs://bucket/root")
+    assert_df_equality(df.orderBy("offset"), via_source(spark, root, topic="small"))
+    lines = [r.getMessage() for r in caplog.records if "format('pubsub')" in r.getMessage()]
+    assert len(lines) == 1 and "nosuchfs://bucket/root" in lines[0]
+
+
+def test_spark_urls() -> None:
+    assert spark_url("s3://bucket/root") == "s3a://bucket/root"
+    assert spark_url("file:///data/root/") == "file:///data/root"
+    assert spark_url("abfss://c@a.dfs.core.windows.net/r") == "abfss://c@a.dfs.core.windows.net/r"
+
+
+def test_a_connect_session_reads_the_same(spark: Any, connect: Any, root: str) -> None:
+    native = read_topic(connect, root, topics="shapes,small").orderBy("topic", "offset")
+    assert native.schema == SOURCE_SCHEMA
+    assert native.collect() == via_source(spark, root, topics="shapes,small").collect()
+
+
+# -- planning (no Spark) -------------------------------------------------------------------------------
+
+
+def _seg(layout: list[int], base_entry: int = 100) -> SegmentRef:
+    n = sum(abs(p) for p in layout)
+    return SegmentRef(path="part-x.parquet", base_offset=1000, num_records=n, base_entry_id=base_entry,
+                      layout=layout, size_bytes=1, min_publish_ms=0, max_publish_ms=0, modification_time_ms=0)
+
+
+def test_layout_runs_give_every_row_its_id() -> None:
+    layout = [3, 3, -4, 2, 3, 3, -1, 5]
+    seg = _seg(layout)
+    runs = layout_runs(seg)
+    assert len(runs) == 6  # [3,3] and [3,3] merge; singles merge
+    entries, batches = seg.ids_of_rows()
+    for row in range(seg.num_records):
+        a, _, entry_base, size = next(r for r in runs if r[0] <= row < r[1])
+        got = (entry_base + (row - a) // size, (row - a) % size) if size > 0 else (entry_base + row - a, -1)
+        assert got == (entries[row], batches[row]), row
+
+
+def test_the_id_table_stays_small_and_covers_each_row_once(tmp_path: Path) -> None:
+    from spark_pubsub.native_plan import SegmentRead
+
+    seg = _seg([7] * 5000 + [-3000] + [1, 2] * 400)  # many runs
+    table, shift = id_table((SegmentRead(seg, 10, seg.num_records - 5),))
+    assert table.num_rows <= 3 * 4096
+    rows = table.to_pylist()
+    for row in (10, 11, 34_999, 35_000, 38_123, seg.num_records - 6):
+        hits = [r for r in rows if r["bucket"] == row >> shift and r["row_lo"] <= row < r["row_hi"]]
+        assert len(hits) == 1, row
+    for row in (9, seg.num_records - 5):
+        assert not [r for r in rows if r["bucket"] == row >> shift and r["row_lo"] <= row < r["row_hi"]]
+
+
+def test_planning_takes_one_snapshot_and_reads_the_view_below_the_horizon(root: str) -> None:
+    broker = Broker.for_url(root)
+    log = broker.topic_log(broker.partitions("compacted")[0])
+    plan = plan_topic_read(log, topic="t", partition=-1, start=0, end=10**9, read_compacted=True,
+                           fail_on_data_loss=True)
+    assert plan.view is not None and plan.view[1:] == (0, 60)
+    assert sum(r.row_hi - r.row_lo for r in plan.segments) == 10
+    assert plan.snapshot_version == log.snapshot().version
