@@ -79,18 +79,20 @@ WARMUP = 2_000  # messages sent and consumed before anything is timed (imports, 
 # --- our side ----------------------------------------------------------------------------------------
 
 
-def make_root(base: str | None, *, fsync: bool) -> str:
+def make_root(base: str | None, *, fsync: bool, notifications: bool = True) -> str:
     root = tempfile.mkdtemp(prefix="bench-consume-", dir=base)
-    if not fsync:
+    settings = ([] if fsync else ["fsyncEnabled = false"]) + ([] if notifications else
+                                                             ["fileSystemNotificationsEnabled = false"])
+    if settings:
         os.makedirs(os.path.join(root, "_pubsub"))
         with open(os.path.join(root, "_pubsub", "broker.toml"), "w") as handle:
-            handle.write("fsyncEnabled = false\n")
+            handle.write("\n".join(settings) + "\n")
     return root
 
 
-def open_producer(client: Client) -> Any:
+def open_producer(client: Client, delay_ms: int = 10) -> Any:
     return client.create_producer(
-        TOPIC, batching_enabled=True, batching_max_messages=1000, batching_max_publish_delay_ms=10,
+        TOPIC, batching_enabled=True, batching_max_messages=1000, batching_max_publish_delay_ms=delay_ms,
         block_if_queue_full=True, max_pending_messages=20_000,
     )
 
@@ -162,7 +164,7 @@ def ours_worker(args: dict[str, Any]) -> None:
         print(json.dumps({"end": end, "cpu": cpu}), flush=True)
         consumer.close()
     else:
-        producer = open_producer(client)
+        producer = open_producer(client, args.get("delay_ms", 10))
         print("ready", flush=True)
         produce(producer, WARMUP, None)
         assert sys.stdin.readline().strip() == "go"
@@ -172,13 +174,15 @@ def ours_worker(args: dict[str, Any]) -> None:
     client.close()
 
 
-def two_processes(kind: str, root: str, count: int, rate: float | None, *, pipelined: bool = False) -> dict[str, Any]:
+def two_processes(
+    kind: str, root: str, count: int, rate: float | None, *, pipelined: bool = False, delay_ms: int = 10
+) -> dict[str, Any]:
     """Run ``--role consumer`` and ``--role producer`` (ours or redis) as two processes."""
     out = os.path.join(root, f"latencies-{kind.replace(':', '-')}.npy")
     procs: dict[str, subprocess.Popen[str]] = {}
     for role in ("consumer", "producer"):
         args = {"kind": kind, "role": role, "root": root, "count": count, "rate": rate, "out": out,
-                "pipelined": pipelined}
+                "pipelined": pipelined, "delay_ms": delay_ms}
         proc = subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(args)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         procs[role] = proc
@@ -440,6 +444,32 @@ def run(opts: argparse.Namespace) -> None:
         profile(base, fsync=not opts.no_fsync, count=n)
 
 
+def wakeup(opts: argparse.Namespace) -> None:
+    """Cross-process latency on a local root with ``batching_max_publish_delay_ms=1`` (as
+    latency-sensitive users set it): consumers woken by file-system notifications (inotify) against
+    the polling baseline (``fileSystemNotificationsEnabled = false``), interleaved, same run.
+    Goal (issue #13): p50 <= 5 ms and p99 <= 20 ms with notifications."""
+    count = int(opts.rate * opts.seconds)
+    figures: dict[str, list[np.ndarray]] = {"notifications": [], "polling": []}
+    load_before = os.getloadavg()[0]
+    for _ in range(opts.repeats):
+        for label, notifications in (("notifications", True), ("polling", False)):
+            root = make_root(opts.root, fsync=not opts.no_fsync, notifications=notifications)
+            try:
+                figures[label].append(two_processes("ours", root, count, opts.rate, delay_ms=1)["latencies"])
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+    sync = "fsync off" if opts.no_fsync else "fsync on"
+    print(f"wake-up latency, two processes, {count:,} messages at {opts.rate:,.0f} msg/s, "
+          f"batching_max_publish_delay_ms=1, {sync}, {opts.repeats} run(s) each, interleaved; load average "
+          f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after")
+    (n50, n99), (p50, p99) = (pct(np.concatenate(figures[k])) for k in ("notifications", "polling"))
+    print(f"{'':<14}{'notifications':>15}{'polling':>10}{'ratio':>8}{'goal':>10}{'verdict':>9}")
+    for name, ours, theirs, goal in (("p50 (ms)", n50, p50, 5), ("p99 (ms)", n99, p99, 20)):
+        verdict = "MET" if ours <= goal else "MISSED"
+        print(f"{name:<14}{ours:>15.1f}{theirs:>10.1f}{ours / theirs:>7.2f}x{'<= ' + str(goal):>10}{verdict:>9}")
+
+
 def print_table(rows: list[Row], opts: argparse.Namespace, *, load: tuple[float, float]) -> None:
     headers = Row("measurement", "spark-pubsub", "Redis Streams", "ratio", "goal", "verdict")
     cols = ("label", "ours", "redis", "ratio", "goal", "verdict")
@@ -515,6 +545,9 @@ def main() -> None:
     parser.add_argument("--no-fsync", action="store_true", help="run our side with fsyncEnabled = false")
     parser.add_argument("--no-redis", action="store_true", help="skip the Redis Streams baseline")
     parser.add_argument("--profile", action="store_true", help="cProfile the one-process throughput run")
+    parser.add_argument("--wakeup", action="store_true",
+                        help="only the wake-up latency comparison: notifications vs polling, publish delay 1 ms")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each variant in --wakeup")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.worker:
@@ -524,6 +557,9 @@ def main() -> None:
             redis_worker(args)
         else:
             ours_worker(args)
+        return
+    if opts.wakeup:
+        wakeup(opts)
         return
     run(opts)
 

@@ -61,7 +61,12 @@ from broker_core.staged_writes import StagedSegment, staged_commit_actions, unre
 from broker_core.storage import FileIO
 from broker_core.waiters import Waiters
 
-_SEGMENT_CACHE_ENTRIES = 4
+_SEGMENT_CACHE_ENTRIES = 4  # always kept, whatever their size
+# Beyond those, decoded segments stay cached up to a byte budget: a consumer's dispatch window spans
+# thousands of tiny segments under a trickle of small commits, and re-decoding each file per claim
+# cost more than everything else it does (``benchmarks/bench_trickle.py``).
+_SEGMENT_CACHE_BYTES = 64 << 20
+_SEGMENT_CACHE_MAX_ENTRIES = 16_384
 
 
 class TopicLog(Waiters):
@@ -93,6 +98,7 @@ class TopicLog(Waiters):
             background_checkpoints=background_checkpoints,
         )
         self._cache: OrderedDict[str, pa.Table] = OrderedDict()
+        self._cache_bytes = 0
         self._cache_lock = threading.Lock()
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -329,9 +335,13 @@ class TopicLog(Waiters):
                 return cached
         table = decode_segment(self.io.open_input(f"{self.path}/{seg.path}"))
         with self._cache_lock:
-            self._cache[seg.path] = table
-            while len(self._cache) > _SEGMENT_CACHE_ENTRIES:
-                self._cache.popitem(last=False)
+            if seg.path not in self._cache:
+                self._cache[seg.path] = table
+                self._cache_bytes += table.nbytes
+            while len(self._cache) > _SEGMENT_CACHE_ENTRIES and (
+                self._cache_bytes > _SEGMENT_CACHE_BYTES or len(self._cache) > _SEGMENT_CACHE_MAX_ENTRIES
+            ):
+                self._cache_bytes -= self._cache.popitem(last=False)[1].nbytes
         return table
 
     def read(self, start: int, end: int, *, snapshot: Snapshot | None = None) -> tuple[pa.Table, np.ndarray]:

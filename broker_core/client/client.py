@@ -183,7 +183,8 @@ class Client:
     ) -> Producer:
         """Create a producer on ``topic`` (auto-created per ``allowAutoTopicCreation``)."""
         self._check_open()
-        if check_type_or_none(str, producer_name, "producer_name") is not None:
+        check_type_or_none(str, producer_name, "producer_name")
+        if producer_name is not None:
             check_utf8(producer_name, "producer_name")
         schema = BytesSchema() if schema is None else check_type(Schema, schema, "schema")
         check_initial_sequence_id(initial_sequence_id)

@@ -214,14 +214,8 @@ class SubscriptionPart:
 
         taken: dict[str, Any] = {"offsets": [], "window": (start, start)}
 
-        def fn(latest: Cursor | None) -> Cursor | None:
-            if latest is None or self.consumer_name not in latest.consumers:
-                taken["offsets"] = []
-                return None
-            latest.expire_consumers(now_ms)
-            if self.consumer_name not in latest.consumers:
-                taken["offsets"] = []
-                return None
+        def search(latest: Cursor) -> tuple[np.ndarray, tuple[int, int]]:
+            """The offsets to claim against ``latest`` and the window they were found in."""
             owner_of: Any = None
             if self.sub_type != ConsumerType.Shared:
                 selector, names = self.selector(latest, now_ms)
@@ -232,8 +226,7 @@ class SubscriptionPart:
             stop = min(end, first + max(_FIRST_SCAN_ROWS, 2 * limit))
             while True:
                 if first >= stop:
-                    chosen = np.empty(0, dtype=np.int64)
-                    break
+                    return np.empty(0, dtype=np.int64), (first, stop)
                 window = window_to(first, stop)
                 if owner_of is None:
                     chosen = shared_candidates(latest, window, now_ms=now_ms, delayed_enabled=delayed_enabled,
@@ -245,15 +238,28 @@ class SubscriptionPart:
                         allow_out_of_order=allow_out_of_order, limit=limit,
                     )
                 if len(chosen) >= limit or stop >= end:
-                    break
+                    return chosen, (first, stop)
                 stop = min(end, first + 4 * (stop - first))
+
+        def fn(latest: Cursor | None) -> Cursor | None:
+            if latest is None or self.consumer_name not in latest.consumers:
+                taken["offsets"] = []
+                return None
+            latest.expire_consumers(now_ms)
+            if self.consumer_name not in latest.consumers:
+                taken["offsets"] = []
+                return None
+            chosen, taken["window"] = search(latest)
             taken["offsets"] = chosen.tolist()
-            taken["window"] = (first, stop)
             if not taken["offsets"]:
                 return None
             latest.claim(self.consumer_name, taken["offsets"])
             return latest
 
+        # Read the segments before the commit: ``fn`` runs under the cursor store's lock, which the
+        # acknowledgment flush needs too, and it almost always finds the same windows read here.
+        if self.consumer_name in cursor.consumers:
+            search(cursor)
         new_cursor_state = self.store.update(fn)
         if taken["offsets"]:
             _, table, offsets = windows[taken["window"]]
