@@ -31,6 +31,7 @@ from broker_core.client.consumer_base import ConsumerBase
 from broker_core.client.dead_letters import DeadLetters
 from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.subscription_part import SubscriptionPart
+from broker_core.clock import SystemClock
 from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import (
     ConsumerBusy,
@@ -106,6 +107,7 @@ class Consumer(ConsumerBase):
         self._schedule = PollSchedule(self._poll_s, config.new_entries_check_max_delay_millis / 1000)
         self._ack_group_s = 0.1
         self._clock = client._clock
+        self._real_clock = isinstance(self._clock, SystemClock)
         self._lock = threading.RLock()  # hot paths enter the lock directly: Condition's __enter__ is Python
         self._cv = threading.Condition(self._lock)
         self._queue: deque[Message] = deque()
@@ -125,6 +127,7 @@ class Consumer(ConsumerBase):
         self._last_renew = time.monotonic()
         self._last_discovery = time.monotonic()
         self._seen: dict[int, tuple[int, int, int]] = {}
+        self._versions: dict[int, tuple[int, int]] = {}  # (log, cursor) versions of each part's last round
         for part in parts:
             self._attach(part)
         self._thread = threading.Thread(target=self._run, name=f"pubsub-consumer-{consumer_name}", daemon=True)
@@ -387,7 +390,8 @@ class Consumer(ConsumerBase):
         now_s = time.monotonic()
         wait = min(wait, self._last_renew + self._lease_ms / 3000 - now_s)
         if self._delayed:
-            wait = min(wait, self._tick_ms / 1000)
+            # delivery times are on the consumer's clock; an injected one may jump at any moment
+            wait = min(wait, self._tick_ms / 1000 if self._real_clock else self._poll_s)
         if self._ack_timeout_s is not None:
             wait = min(wait, self._poll_s)
         if self._discover is not None:
@@ -514,19 +518,22 @@ class Consumer(ConsumerBase):
         claims = self._type in (ConsumerType.Shared, ConsumerType.KeyShared)
         for index, part in enumerate(self._parts):
             space = self._queue_size - len(self._queue)
-            if space <= 0:
-                return True
+            if space <= 0:  # (receive wakes this thread when the queue falls below half)
+                return changed
             # in-order reads: an ack being flushed must be in the cursor or still pending, never neither
             with contextlib.nullcontext() if claims else self._flush_lock:
                 version, cursor = part.store.load()
                 if cursor is None:
                     continue
                 # skip a part when nothing it depends on changed since it was last found drained
-                marker = (part.log.snapshot().version, version, now_ms // self._tick_ms if self._delayed else 0)
+                log_version = part.log.snapshot().version
+                marker = (log_version, version, now_ms // self._tick_ms if self._delayed else 0)
+                if self._versions.get(index) != (log_version, version):  # storage changed: not idle
+                    self._versions[index] = (log_version, version)
+                    changed = True
                 if self._seen.get(index) == marker:
                     continue
                 held = None if claims else self._held_locally(index)
-            changed = True
             if held is None:
                 offsets, cursor = part.claim(now_ms=now_ms, limit=space, delayed_enabled=self._delayed)
                 drained = len(offsets) < space
@@ -537,6 +544,7 @@ class Consumer(ConsumerBase):
             else:
                 self._seen.pop(index, None)
             if offsets:
+                changed = True
                 self._deliver(index, part, part.messages_for(offsets, cursor))
         return changed
 

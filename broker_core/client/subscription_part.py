@@ -24,7 +24,9 @@ from broker_core.ranges import RangeSet
 from broker_core.topic_log import TopicLog
 
 _SCAN_ROWS = 50_000  # rows examined per dispatch round, bounds the work behind a stuck message
-_FIRST_SCAN_ROWS = 2_048  # a claim reads this much first and widens (x4) only while it finds too little
+_FIRST_SCAN_ROWS = 2_048  # a claim reads at most this much first and widens (x4) only while it finds too little
+_MIN_SCAN_ROWS = 256  # ... and at least this much, else twice what it may take: each row of a backlog is
+# then read about twice (once ahead of its claim) rather than 2048 / limit times
 
 
 class Store(Protocol):
@@ -223,7 +225,7 @@ class SubscriptionPart:
                 owner_of = selector.owner_of_hashes
             # another commit may have released part of the skipped rows: then scan from markDelete
             first = skip if _covered_until(latest, start, self._holders(latest)) >= skip else start
-            stop = min(end, first + max(_FIRST_SCAN_ROWS, 2 * limit))
+            stop = min(end, first + min(_FIRST_SCAN_ROWS, max(_MIN_SCAN_ROWS, 2 * limit)))
             while True:
                 if first >= stop:
                     return np.empty(0, dtype=np.int64), (first, stop)

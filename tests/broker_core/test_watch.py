@@ -170,15 +170,17 @@ def test_consumer_and_reader_wake_on_another_process_commit(tmp_path: Path) -> N
         client.close()
 
 
-def test_idle_consumer_backs_off_and_still_gets_the_next_message(tmp_path: Path) -> None:
+@pytest.mark.parametrize("consumer_type", [ConsumerType.Exclusive, ConsumerType.Shared])
+def test_idle_consumer_backs_off_and_still_gets_the_next_message(tmp_path: Path, consumer_type: Any) -> None:
     """Polling only (as on an object store): an idle consumer polls ever less often, down to one
-    round per cap, and a message committed elsewhere still arrives."""
+    round per cap, and a message committed elsewhere still arrives.  (A Shared consumer's
+    delayed-delivery tick must not count as activity.)"""
     cap_ms = 200
     config = BrokerConfig(fsync_enabled=False, file_system_notifications_enabled=False,
                           new_entries_check_max_delay_millis=cap_ms)
     client = Client(str(tmp_path), broker_config=config, reader_poll_interval_ms=5)
     try:
-        consumer = client.subscribe("t", "s", consumer_type=ConsumerType.Exclusive,
+        consumer = client.subscribe("t", "s", consumer_type=consumer_type,
                                     initial_position=InitialPosition.Earliest)
         rounds = 0
         tick = consumer._tick
@@ -189,7 +191,7 @@ def test_idle_consumer_backs_off_and_still_gets_the_next_message(tmp_path: Path)
             tick()
 
         consumer._tick = counting_tick  # type: ignore[method-assign]
-        idle_s = 1.0
+        idle_s = 1.5
         threading.Event().wait(idle_s)  # measuring a rate over a fixed span, not waiting for an event
         # without backoff: ~idle_s / 5 ms = 200 rounds; with it: a few to reach the cap, then one per cap
         assert rounds <= 8 + idle_s * 1000 / cap_ms
