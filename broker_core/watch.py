@@ -246,6 +246,17 @@ _SHARED: ChangeNotifier | None = None
 _SHARED_LOCK = threading.Lock()
 
 
+def _forget_after_fork() -> None:
+    """A forked child (Spark's Python workers are forked) inherits the inotify descriptor but not the
+    thread reading it: it starts its own notifier on first use."""
+    global _SHARED, _SHARED_LOCK
+    _SHARED, _SHARED_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def local_notifier(*, enabled: bool) -> ChangeNotifier:
     """The process's notifier for local roots: inotify where it works, else polling."""
     global _SHARED

@@ -200,3 +200,27 @@ def test_idle_consumer_backs_off_and_still_gets_the_next_message(tmp_path: Path,
         assert consumer.receive(10_000).data() == b"after-idle"
     finally:
         client.close()
+
+
+@linux_only
+def test_a_forked_child_gets_its_own_notifier(tmp_path: Path) -> None:
+    from broker_core import watch
+
+    parent = watch.local_notifier(enabled=True)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a working notifier of its own, not the parent's (whose thread is gone)
+        ok = False
+        try:
+            child = watch.local_notifier(enabled=True)
+            seen = Counter()
+            child.watch(str(tmp_path), seen)
+            (tmp_path / VERSION).write_bytes(b"{}")
+            ok = child is not parent and seen.event.wait(10)
+        finally:
+            os.write(write_end, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write_end)
+    verdict = os.read(read_end, 1)
+    os.waitpid(pid, 0)
+    assert verdict == b"1"
