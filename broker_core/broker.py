@@ -63,7 +63,7 @@ class Broker:
         self.notifier = notifier_for(io, config)
         self._lock = threading.Lock()
 
-    def _watch(self, directory: str) -> Callable[[Callable[[], None]], Unwatch]:
+    def _watch(self, directory: str) -> Callable[[Callable[[int], None]], Unwatch]:
         """What a shared log or cursor store calls, while anybody waits on it, to hear of other
         processes' commits in ``directory`` (relative to the root)."""
         path = self.io.abs_path(directory)

@@ -142,7 +142,7 @@ class TopicLog(Waiters):
             return [Txn(app_id=TXN_DELETED, version=now_ms, last_updated=now_ms)]
 
         result = self.log.commit(build, operation="DELETE TOPIC")
-        self.notify()
+        self.notify(written=result.version)
         return result.version
 
     # -- writing ------------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ class TopicLog(Waiters):
             except BaseException:
                 self._discard(seg_path)
                 raise
-            self.notify()
+            self.notify(written=result.version)
             return AppendResult(version=result.version, segment=written.get("seg"), kept=keep)
 
     def stage(self, table: pa.Table, *, compression: CompressionType = CompressionType.NONE) -> StagedSegment:
@@ -298,7 +298,7 @@ class TopicLog(Waiters):
             for path in unreferenced(staged, self.log.cached_snapshot()):
                 self._discard(path)
             return None
-        self.notify()
+        self.notify(written=result.version)
         return result.version
 
     def bump_producer_epoch(self, to: int) -> int:
@@ -316,7 +316,7 @@ class TopicLog(Waiters):
             result = self.log.commit(build, operation="FENCE PRODUCERS")
         except NothingToCommit:
             return self.log.snapshot().producer_epoch
-        self.notify()
+        self.notify(written=result.version)
         return result.snapshot.producer_epoch
 
     def _discard(self, seg_path: str | None) -> None:

@@ -9,11 +9,12 @@ A commit of another process wakes them too where the storage root can report new
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 
 from broker_core.watch import Unwatch
 
-WatchStarter = Callable[[Callable[[], None]], Unwatch]
+WatchStarter = Callable[[Callable[[int], None]], Unwatch]
 
 
 class Waiters:
@@ -24,20 +25,21 @@ class Waiters:
         self._lock = threading.Lock()
         self._start_watch: WatchStarter | None = None
         self._unwatch: Unwatch | None = None
+        self._written: deque[int] = deque(maxlen=64)  # versions this process committed (notified already)
 
     def watch_with(self, start: WatchStarter) -> None:
-        """While anybody waits, also ``notify`` on other processes' changes: ``start(self.notify)``
-        begins watching and returns the function that ends it."""
+        """While anybody waits, also ``notify`` on other processes' changes: ``start(callback)``
+        begins watching (the callback takes the new version) and returns the function that ends it."""
         with self._lock:
             self._start_watch = start
             if self._events and self._unwatch is None:
-                self._unwatch = start(self.notify)
+                self._unwatch = start(self._stored)
 
     def add_waiter(self, event: threading.Event) -> None:
         with self._lock:
             self._events.add(event)
             if self._start_watch is not None and self._unwatch is None:
-                self._unwatch = self._start_watch(self.notify)
+                self._unwatch = self._start_watch(self._stored)
 
     def remove_waiter(self, event: threading.Event) -> None:
         with self._lock:
@@ -46,11 +48,22 @@ class Waiters:
                 unwatch, self._unwatch = self._unwatch, None
                 unwatch()
 
-    def notify(self) -> None:
+    def notify(self, *, written: int | None = None) -> None:
+        """Wake every waiter; ``written``: the version this process just committed (its file-system
+        notification then wakes nobody a second time)."""
         with self._lock:
+            if written is not None:
+                self._written.append(written)
             events = list(self._events)
         for event in events:
             event.set()
+
+    def _stored(self, version: int) -> None:
+        """A new version file appeared on storage: wake the waiters unless this process wrote it."""
+        with self._lock:
+            if version in self._written:
+                return
+        self.notify()
 
 
 __all__ = ["Waiters", "WatchStarter"]

@@ -50,8 +50,9 @@ class ChangeNotifier(Protocol):
         """True when watches really call back (so waiting on them saves latency), False for polling."""
         ...
 
-    def watch(self, directory: str, callback: Callable[[], None]) -> Unwatch:
-        """Call ``callback`` (on a notifier thread) after each new version file in ``directory``.
+    def watch(self, directory: str, callback: Callable[[int], None]) -> Unwatch:
+        """Call ``callback(version)`` (on a notifier thread) after each new version file in ``directory``
+        (after an overflow of the kernel's queue, once with -1: something may have been missed).
 
         Best effort: a directory that cannot be watched (missing, limits reached) is simply not
         watched, and its waiters find new versions by polling.
@@ -68,7 +69,7 @@ class PollingNotifier:
 
     pushes = False
 
-    def watch(self, directory: str, callback: Callable[[], None]) -> Unwatch:
+    def watch(self, directory: str, callback: Callable[[int], None]) -> Unwatch:
         return _noop
 
     def close(self) -> None:
@@ -134,14 +135,14 @@ class InotifyNotifier:
         self._fd = fd
         self._wake_r, self._wake_w = os.pipe()
         self._lock = threading.Lock()
-        self._by_wd: dict[int, dict[int, Callable[[], None]]] = {}  # wd -> {token: callback}
+        self._by_wd: dict[int, dict[int, Callable[[int], None]]] = {}  # wd -> {token: callback}
         self._wd_of: dict[str, int] = {}
         self._next_token = 0
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="pubsub-inotify", daemon=True)
         self._thread.start()
 
-    def watch(self, directory: str, callback: Callable[[], None]) -> Unwatch:
+    def watch(self, directory: str, callback: Callable[[int], None]) -> Unwatch:
         path = os.path.abspath(directory)
         with self._lock:
             if self._closed:
@@ -203,7 +204,7 @@ class InotifyNotifier:
             self._dispatch(data)
 
     def _dispatch(self, data: bytes) -> None:
-        due: dict[tuple[int, int], Callable[[], None]] = {}
+        due: dict[tuple[int, int], tuple[Callable[[int], None], int]] = {}  # newest version per watcher
         everyone = False
         pos = 0
         with self._lock:
@@ -218,13 +219,15 @@ class InotifyNotifier:
                     for path in [p for p, w in self._wd_of.items() if w == wd]:
                         del self._wd_of[path]
                 elif _VERSION_NAME.match(name):
+                    version = int(name[:20])
                     for token, callback in self._by_wd.get(wd, {}).items():
-                        due[wd, token] = callback
+                        if (wd, token) not in due or due[wd, token][1] < version:
+                            due[wd, token] = (callback, version)
             if everyone:
-                due = {(w, token): cb for w, cbs in self._by_wd.items() for token, cb in cbs.items()}
-        for callback in due.values():
+                due = {(w, token): (cb, -1) for w, cbs in self._by_wd.items() for token, cb in cbs.items()}
+        for callback, version in due.values():
             try:
-                callback()
+                callback(version)
             except Exception:  # a waiter's bug must not stop notifications for the others
                 _LOG.exception("inotify callback failed")
 

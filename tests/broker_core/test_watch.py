@@ -35,10 +35,12 @@ VERSION = "00000000000000000001.json"
 class Counter:
     def __init__(self) -> None:
         self.calls = 0
+        self.versions: list[int] = []
         self.event = threading.Event()
 
-    def __call__(self) -> None:
+    def __call__(self, version: int) -> None:
         self.calls += 1
+        self.versions.append(version)
         self.event.set()
 
 
@@ -57,7 +59,7 @@ def test_inotify_calls_back_for_new_version_files_only(tmp_path: Path, notifier:
     (tmp_path / "_last_checkpoint").write_bytes(b"{}")
     os.link(tmp_path / ".00000000000000000001.json.abc.tmp", tmp_path / VERSION)  # put-if-absent: yes
     assert seen.event.wait(5)
-    assert seen.calls == 1
+    assert seen.versions == [1]
     unwatch()
     unwatch()  # idempotent
     seen.event.clear()
@@ -117,7 +119,12 @@ def test_waiters_watch_only_while_somebody_waits() -> None:
     waiters.add_waiter(first)
     waiters.add_waiter(second)
     assert len(started) == 1
-    started[0]()  # the notifier's callback wakes every waiter
+    waiters.notify(written=7)  # this process committed version 7 (and woke everyone then)
+    first.clear()
+    second.clear()
+    started[0](7)  # ... so its file-system notification wakes nobody again
+    assert not first.is_set() and not second.is_set()
+    started[0](8)  # another process's version wakes every waiter
     assert first.is_set() and second.is_set()
     waiters.remove_waiter(first)
     assert stopped == []
