@@ -15,7 +15,9 @@ a. keeping up: the consumer's throughput while producers run against the produce
    commit rate; "commit -> receive" (receive time - the moment the producer's ``flush`` returned) is
    the consumer's part alone;
 b. draining: the same producers write a backlog of small segments with no consumer running; then a
-   fresh consumer process drains it, receive + acknowledge per message; the figure is msg/s.
+   fresh consumer process drains it, receive + acknowledge per message; the figure is msg/s, and
+   msg/s per CPU-second of the consumer process (what an idle core would reach; on a busy machine
+   the wall-clock figure mostly measures the scheduler).
 
 Every figure is measured twice in the same run: on this checkout and on a baseline checkout
 (``--baseline``, default ``HEAD~0`` of the branch point given by ``git merge-base HEAD main``),
@@ -99,6 +101,7 @@ def consumer_worker(args: dict[str, Any]) -> None:
     if args.get("wait_go"):
         assert sys.stdin.readline().strip() == "go"
     start = time.time()
+    cpu = time.process_time()
     for i in range(count):
         msg = consumer.receive(timeout_millis=120_000)
         now = time.time()
@@ -108,7 +111,7 @@ def consumer_worker(args: dict[str, Any]) -> None:
         sequence[i] = msg.sequence_id()
         consumer.acknowledge(msg)
     np.save(args["out"], np.stack([received, lag_ms, producer, sequence]))
-    print(json.dumps({"start": start, "end": time.time()}), flush=True)
+    print(json.dumps({"start": start, "end": time.time(), "cpu": time.process_time() - cpu}), flush=True)
     consumer.close()
     client.close()
 
@@ -189,7 +192,8 @@ def drain(base: str | None, segments: int, pythonpath: str) -> dict[str, float]:
         consumer.stdin.flush()
         span = json.loads(consumer.stdout.readline())
         consumer.wait(60)
-        return {"drain_rate": count / (span["end"] - span["start"]), "segments": per_producer * PRODUCERS}
+        return {"drain_rate": count / (span["end"] - span["start"]), "segments": per_producer * PRODUCERS,
+                "drain_cpu_rate": count / span["cpu"]}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -253,6 +257,7 @@ def print_report(results: dict[str, dict[str, float]], opts: argparse.Namespace,
         ("lag (publish -> receive) max (ms)", "lag_max_ms", "{:,.1f}", None),
         ("catch-up after producers stop (s)", "catch_up_s", "{:,.2f}", None),
         ("backlog drain, one consumer (msg/s)", "drain_rate", "{:,.0f}", (">= 20,000", lambda v: v >= 20_000)),
+        ("  the same per CPU-second of the consumer", "drain_cpu_rate", "{:,.0f}", None),
     ]
     print(f"trickle: {PRODUCERS} producers x {opts.segments_per_s:.0f} segments/s of {MESSAGES_PER_SEGMENT} x "
           f"{VALUE_BYTES} B for {opts.seconds:.0f} s; drain: {opts.backlog:,} segments; {os.cpu_count()} CPUs, "

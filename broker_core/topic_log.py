@@ -337,11 +337,11 @@ class TopicLog(Waiters):
         with self._cache_lock:
             if seg.path not in self._cache:
                 self._cache[seg.path] = table
-                self._cache_bytes += table.nbytes
+                self._cache_bytes += table.get_total_buffer_size()  # (``nbytes`` costs 70x more)
             while len(self._cache) > _SEGMENT_CACHE_ENTRIES and (
                 self._cache_bytes > _SEGMENT_CACHE_BYTES or len(self._cache) > _SEGMENT_CACHE_MAX_ENTRIES
             ):
-                self._cache_bytes -= self._cache.popitem(last=False)[1].nbytes
+                self._cache_bytes -= self._cache.popitem(last=False)[1].get_total_buffer_size()
         return table
 
     def read(self, start: int, end: int, *, snapshot: Snapshot | None = None) -> tuple[pa.Table, np.ndarray]:
@@ -361,7 +361,8 @@ class TopicLog(Waiters):
                 break
             lo = max(start, seg.base_offset) - seg.base_offset
             hi = min(end, seg.end_offset) - seg.base_offset
-            pieces.append(self.segment_table(seg).slice(lo, hi - lo))
+            whole = self.segment_table(seg)
+            pieces.append(whole if lo == 0 and hi == whole.num_rows else whole.slice(lo, hi - lo))
             offsets.append(np.arange(seg.base_offset + lo, seg.base_offset + hi, dtype=np.int64))
             i += 1
         if not pieces:
