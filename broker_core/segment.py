@@ -149,18 +149,19 @@ def encode_segment(table: pa.Table, *, compression: CompressionType = Compressio
 # cost 2-4x the decode itself, and consumers of a trickle of tiny commits read thousands of such
 # files a second (``benchmarks/bench_trickle.py``).  Large segments keep the parallel column decode.
 _SMALL_SEGMENT_BYTES = 1 << 20
-_COLUMN_INDEX = {name: index for index, name in enumerate(SEGMENT_SCHEMA.names)}
 
 
 def decode_segment(source: pa.NativeFile, columns: list[str] | None = None) -> pa.Table:
     """Read a segment back with exactly ``SEGMENT_SCHEMA`` types (or the chosen columns)."""
-    if source.size() < _SMALL_SEGMENT_BYTES:
+    if source.size() < _SMALL_SEGMENT_BYTES and columns is None:
         # ``ParquetReader`` is what ``ParquetFile`` wraps; ``ParquetFile`` adds a per-file walk of the
-        # schema's nested paths (a third of a tiny file's decode) that reading by index never needs
+        # schema's nested paths (a third of a tiny file's decode) that reading every column never needs
         reader = pq.ParquetReader()
         reader.open(source, pre_buffer=False)
-        indices = None if columns is None else [_COLUMN_INDEX[c] for c in columns]
-        table = reader.read_all(column_indices=indices, use_threads=False)
+        table = reader.read_all(use_threads=False)
+    elif source.size() < _SMALL_SEGMENT_BYTES:
+        # by name: Parquet numbers leaf columns, and the properties map has two
+        table = pq.ParquetFile(source, pre_buffer=False).read(columns, use_threads=False).select(columns)
     else:
         table = pq.read_table(source, columns=columns, use_threads=True)
     target = SEGMENT_SCHEMA if columns is None else pa.schema([SEGMENT_SCHEMA.field(c) for c in columns])
