@@ -79,18 +79,20 @@ WARMUP = 2_000  # messages sent and consumed before anything is timed (imports, 
 # --- our side ----------------------------------------------------------------------------------------
 
 
-def make_root(base: str | None, *, fsync: bool) -> str:
+def make_root(base: str | None, *, fsync: bool, notifications: bool = True) -> str:
     root = tempfile.mkdtemp(prefix="bench-consume-", dir=base)
-    if not fsync:
+    settings = ([] if fsync else ["fsyncEnabled = false"]) + ([] if notifications else
+                                                             ["fileSystemNotificationsEnabled = false"])
+    if settings:
         os.makedirs(os.path.join(root, "_pubsub"))
         with open(os.path.join(root, "_pubsub", "broker.toml"), "w") as handle:
-            handle.write("fsyncEnabled = false\n")
+            handle.write("\n".join(settings) + "\n")
     return root
 
 
-def open_producer(client: Client) -> Any:
+def open_producer(client: Client, delay_ms: int = 10) -> Any:
     return client.create_producer(
-        TOPIC, batching_enabled=True, batching_max_messages=1000, batching_max_publish_delay_ms=10,
+        TOPIC, batching_enabled=True, batching_max_messages=1000, batching_max_publish_delay_ms=delay_ms,
         block_if_queue_full=True, max_pending_messages=20_000,
     )
 
@@ -100,10 +102,23 @@ def open_consumer(client: Client) -> Any:
                             initial_position=InitialPosition.Earliest, receiver_queue_size=1000)
 
 
-def produce(producer: Any, count: int, rate: float | None) -> float:
-    """Send ``count`` messages (paced to ``rate`` msg/s if given); returns the first send time."""
+def produce(producer: Any, count: int, rate: float | None, committed: np.ndarray | None = None) -> float:
+    """Send ``count`` messages (paced to ``rate`` msg/s if given); returns the first send time.
+
+    With ``committed``, a callback records when each message's commit completed (``time.time()``).
+    """
     payload = b"x" * VALUE_BYTES
     start = time.time()
+
+    def callback(index: int) -> Any:
+        if committed is None:
+            return None
+
+        def done(_result: Any, _msg_id: Any) -> None:
+            committed[index] = time.time()
+
+        return done
+
     if rate is None:
         for _ in range(count):
             producer.send_async(payload, None)
@@ -113,19 +128,26 @@ def produce(producer: Any, count: int, rate: float | None) -> float:
             wait = start + i / rate - time.time()
             if wait > 0:
                 time.sleep(wait)
-            for _ in range(min(step, count - i)):
-                producer.send_async(payload, None)
+            for j in range(i, min(i + step, count)):
+                producer.send_async(payload, callback(j))
     producer.flush()
     return start
 
 
-def consume(consumer: Any, count: int, *, latencies: bool) -> tuple[float, np.ndarray]:
-    """Receive and acknowledge ``count`` messages; returns the last ack time and latencies (ms)."""
+def consume(
+    consumer: Any, count: int, *, latencies: bool, received: np.ndarray | None = None
+) -> tuple[float, np.ndarray]:
+    """Receive and acknowledge ``count`` messages; returns the last ack time and latencies (ms).
+
+    With ``received``, records each receive time at the message's index in the timed run (its
+    sequence id minus the warm-up's)."""
     lat = np.empty(count if latencies else 0, dtype=np.float64)
     for i in range(count):
         msg = consumer.receive()
         if latencies:
             lat[i] = time.time() * 1000 - msg.publish_timestamp()
+        if received is not None:
+            received[msg.sequence_id() - WARMUP] = time.time()
         consumer.acknowledge(msg)
     return time.time(), lat
 
@@ -156,29 +178,38 @@ def ours_worker(args: dict[str, Any]) -> None:
         consume(consumer, WARMUP, latencies=False)
         print("warm", flush=True)
         cpu = time.process_time()
-        end, lat = consume(consumer, args["count"], latencies=args["rate"] is not None)
+        received = np.empty(args["count"], dtype=np.float64) if args.get("split") else None
+        end, lat = consume(consumer, args["count"], latencies=args["rate"] is not None, received=received)
         cpu = time.process_time() - cpu
         np.save(args["out"], lat)
+        if received is not None:
+            np.save(args["out"] + ".received.npy", received)
         print(json.dumps({"end": end, "cpu": cpu}), flush=True)
         consumer.close()
     else:
-        producer = open_producer(client)
+        producer = open_producer(client, args.get("delay_ms", 10))
         print("ready", flush=True)
         produce(producer, WARMUP, None)
         assert sys.stdin.readline().strip() == "go"
         cpu = time.process_time()
-        start = produce(producer, args["count"], args["rate"])
+        committed = np.empty(args["count"], dtype=np.float64) if args.get("split") else None
+        start = produce(producer, args["count"], args["rate"], committed)
+        if committed is not None:
+            np.save(args["out"] + ".committed.npy", committed)
         print(json.dumps({"start": start, "cpu": time.process_time() - cpu}), flush=True)
     client.close()
 
 
-def two_processes(kind: str, root: str, count: int, rate: float | None, *, pipelined: bool = False) -> dict[str, Any]:
+def two_processes(
+    kind: str, root: str, count: int, rate: float | None, *, pipelined: bool = False, delay_ms: int = 10,
+    split: bool = False,
+) -> dict[str, Any]:
     """Run ``--role consumer`` and ``--role producer`` (ours or redis) as two processes."""
     out = os.path.join(root, f"latencies-{kind.replace(':', '-')}.npy")
     procs: dict[str, subprocess.Popen[str]] = {}
     for role in ("consumer", "producer"):
         args = {"kind": kind, "role": role, "root": root, "count": count, "rate": rate, "out": out,
-                "pipelined": pipelined}
+                "pipelined": pipelined, "delay_ms": delay_ms, "split": split}
         proc = subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(args)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         procs[role] = proc
@@ -196,7 +227,10 @@ def two_processes(kind: str, root: str, count: int, rate: float | None, *, pipel
     for proc in procs.values():
         proc.wait(60)
     seconds = done["end"] - sent["start"]
-    return {"seconds": seconds, "latencies": np.load(out), "cpu": sent["cpu"] + done["cpu"]}
+    result = {"seconds": seconds, "latencies": np.load(out), "cpu": sent["cpu"] + done["cpu"]}
+    if split:  # the consumer's part alone: from the end of the producer's commit to the receive
+        result["visible"] = (np.load(out + ".received.npy") - np.load(out + ".committed.npy")) * 1000
+    return result
 
 
 # --- Redis Streams -----------------------------------------------------------------------------------
@@ -440,6 +474,40 @@ def run(opts: argparse.Namespace) -> None:
         profile(base, fsync=not opts.no_fsync, count=n)
 
 
+def wakeup(opts: argparse.Namespace) -> None:
+    """Cross-process latency on a local root with ``batching_max_publish_delay_ms=1`` (as
+    latency-sensitive users set it): consumers woken by file-system notifications (inotify) against
+    the polling baseline (``fileSystemNotificationsEnabled = false``), interleaved, same run.
+    Goal (issue #13): p50 <= 5 ms and p99 <= 20 ms with notifications.  Besides send -> receive, the
+    consumer's own part is shown: from the moment the producer's commit completed (its callback) to
+    the receive, which is what the wake-up mechanism decides."""
+    count = int(opts.rate * opts.seconds)
+    figures: dict[str, dict[str, list[np.ndarray]]] = {
+        "notifications": {"latencies": [], "visible": []}, "polling": {"latencies": [], "visible": []},
+    }
+    load_before = os.getloadavg()[0]
+    for _ in range(opts.repeats):
+        for label, notifications in (("notifications", True), ("polling", False)):
+            root = make_root(opts.root, fsync=not opts.no_fsync, notifications=notifications)
+            try:
+                result = two_processes("ours", root, count, opts.rate, delay_ms=1, split=True)
+                for key in ("latencies", "visible"):
+                    figures[label][key].append(result[key])
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+    sync = "fsync off" if opts.no_fsync else "fsync on"
+    print(f"wake-up latency, two processes, {count:,} messages at {opts.rate:,.0f} msg/s, "
+          f"batching_max_publish_delay_ms=1, {sync}, {opts.repeats} run(s) each, interleaved; load average "
+          f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after")
+    print(f"{'(ms)':<28}{'notifications':>15}{'polling':>10}{'ratio':>8}{'goal':>10}{'verdict':>9}")
+    for key, title in (("latencies", "send -> receive"), ("visible", "commit -> receive")):
+        (n50, n99), (p50, p99) = (pct(np.concatenate(figures[k][key])) for k in ("notifications", "polling"))
+        for name, ours, theirs, goal in ((f"{title} p50", n50, p50, 5), (f"{title} p99", n99, p99, 20)):
+            verdict = ("MET" if ours <= goal else "MISSED") if key == "latencies" else ""
+            target = f"<= {goal}" if key == "latencies" else ""
+            print(f"{name:<28}{ours:>15.1f}{theirs:>10.1f}{ours / theirs:>7.2f}x{target:>10}{verdict:>9}")
+
+
 def print_table(rows: list[Row], opts: argparse.Namespace, *, load: tuple[float, float]) -> None:
     headers = Row("measurement", "spark-pubsub", "Redis Streams", "ratio", "goal", "verdict")
     cols = ("label", "ours", "redis", "ratio", "goal", "verdict")
@@ -515,6 +583,9 @@ def main() -> None:
     parser.add_argument("--no-fsync", action="store_true", help="run our side with fsyncEnabled = false")
     parser.add_argument("--no-redis", action="store_true", help="skip the Redis Streams baseline")
     parser.add_argument("--profile", action="store_true", help="cProfile the one-process throughput run")
+    parser.add_argument("--wakeup", action="store_true",
+                        help="only the wake-up latency comparison: notifications vs polling, publish delay 1 ms")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each variant in --wakeup")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.worker:
@@ -524,6 +595,9 @@ def main() -> None:
             redis_worker(args)
         else:
             ours_worker(args)
+        return
+    if opts.wakeup:
+        wakeup(opts)
         return
     run(opts)
 

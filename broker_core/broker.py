@@ -12,7 +12,7 @@ import os
 import re
 import threading
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker_core.admin import Admin, topic_dir
@@ -20,12 +20,14 @@ from broker_core.config import BrokerConfig, load_broker_config
 from broker_core.cursor import ConsumerType, Cursor, new_cursor
 from broker_core.cursor_store import CursorStore
 from broker_core.errors import InvalidConfiguration, NotAllowedError
+from broker_core.log.checkpoint import LOG_DIR
 from broker_core.naming import TopicName
 from broker_core.policies import PolicyStore
 from broker_core.root_check import open_root
 from broker_core.schema.attach import SchemaRegistries
-from broker_core.storage import FileIO, file_io_for
+from broker_core.storage import FileIO, LocalFileIO, file_io_for
 from broker_core.topic_log import TopicLog
+from broker_core.watch import ChangeNotifier, PollingNotifier, Unwatch, local_notifier
 
 BROKER_CONF_PATH = "_pubsub/broker.toml"
 
@@ -56,6 +58,13 @@ def resolve_config(io: FileIO, config: BrokerConfig | str | os.PathLike[str] | N
     return load_broker_config(None, **values)
 
 
+def notifier_for(io: FileIO, config: BrokerConfig) -> ChangeNotifier:
+    """File-system notifications for a local root (where the platform has them), else polling."""
+    if isinstance(io, LocalFileIO) and config.file_system_notifications_enabled:
+        return local_notifier(enabled=True)
+    return PollingNotifier()
+
+
 class Broker:
     """Shared per-process state of one storage root."""
 
@@ -65,7 +74,15 @@ class Broker:
         self.admin = Admin(io, config)
         self.policies = PolicyStore(io, config)
         self.schemas = SchemaRegistries(io, self.policies)
+        self.notifier = notifier_for(io, config)
         self._lock = threading.Lock()
+
+    def _watch(self, directory: str) -> Callable[[Callable[[int], None]], Unwatch]:
+        """What a shared log or cursor store calls, while anybody waits on it, to hear of other
+        processes' commits in ``directory`` (relative to the root)."""
+        path = self.io.abs_path(directory)
+        notifier = self.notifier
+        return lambda callback: notifier.watch(path, callback)
 
     @classmethod
     def for_url(
@@ -111,6 +128,7 @@ class Broker:
                     max_retries=self.config.commit_max_retries,
                     background_checkpoints=True,
                 )
+                log.watch_with(self._watch(f"{key[1]}/{LOG_DIR}"))
                 _TOPIC_LOGS[key] = log
         if create and not log.exists():
             log.create(name=str(topic))
@@ -123,6 +141,7 @@ class Broker:
             store = _CURSOR_STORES.get(key)
             if store is None:
                 store = CursorStore(self.io, key[1], subscription)
+                store.watch_with(self._watch(store.state.directory))
                 _CURSOR_STORES[key] = store
             return store
 
@@ -170,4 +189,4 @@ class Broker:
         return self.admin.topic_partitions(topic, auto_create=auto_create)
 
 
-__all__ = ["BROKER_CONF_PATH", "Broker", "resolve_config"]
+__all__ = ["BROKER_CONF_PATH", "Broker", "notifier_for", "resolve_config"]

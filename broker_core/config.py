@@ -251,6 +251,23 @@ class BrokerConfig(BaseModel):
         "written, so a host whose clock runs this far ahead still sees a live holder as live (roots shared "
         "across machines, e.g. on an object store).",
     )
+    new_entries_check_max_delay_millis: int = Field(
+        default=1000,
+        validation_alias="newEntriesCheckMaxDelayMillis",
+        serialization_alias="newEntriesCheckMaxDelayMillis",
+        gt=0,
+        description=(
+            "Longest wait (ms) between two polls of an idle consumer or reader for new commits: polling "
+            "backs off from the client's poll interval up to this, so it bounds the first message's "
+            "delay after a long idle (on storage that cannot notify)."
+        ),
+    )
+    file_system_notifications_enabled: bool = Field(
+        default=True,
+        validation_alias="fileSystemNotificationsEnabled",
+        serialization_alias="fileSystemNotificationsEnabled",
+        description="On local roots, wake consumers and readers on new commits through inotify (Linux).",
+    )
     fsync_enabled: bool = Field(
         default=True,
         validation_alias="fsyncEnabled",

@@ -61,8 +61,8 @@ class CursorStore(Waiters):
             new = fn(current)
             return None if new is None else new.to_json()
 
-        _, doc = self.state.update(apply)
-        self.notify()
+        version, doc = self.state.update(apply)
+        self.notify(written=version)
         if doc is None:
             return None
         cursor = Cursor.from_json(doc)

@@ -151,9 +151,26 @@ def encode_segment(table: pa.Table, *, compression: CompressionType = Compressio
     return sink.getvalue()
 
 
+# Below this size a segment is decoded on the calling thread without pre-buffering: for a file of a
+# few rows, ``read_table``'s dataset machinery, the thread pool hand-offs and the coalesced pre-read
+# cost 2-4x the decode itself, and consumers of a trickle of tiny commits read thousands of such
+# files a second (``benchmarks/bench_trickle.py``).  Large segments keep the parallel column decode.
+_SMALL_SEGMENT_BYTES = 1 << 20
+
+
 def decode_segment(source: pa.NativeFile, columns: list[str] | None = None) -> pa.Table:
     """Read a segment back with exactly ``SEGMENT_SCHEMA`` types (or the chosen columns)."""
-    table = pq.read_table(source, columns=columns, use_threads=True)
+    if source.size() < _SMALL_SEGMENT_BYTES and columns is None:
+        # ``ParquetReader`` is what ``ParquetFile`` wraps; ``ParquetFile`` adds a per-file walk of the
+        # schema's nested paths (a third of a tiny file's decode) that reading every column never needs
+        reader = pq.ParquetReader()
+        reader.open(source, pre_buffer=False)
+        table = reader.read_all(use_threads=False)
+    elif source.size() < _SMALL_SEGMENT_BYTES:
+        # by name: Parquet numbers leaf columns, and the properties map has two
+        table = pq.ParquetFile(source, pre_buffer=False).read(columns, use_threads=False).select(columns)
+    else:
+        table = pq.read_table(source, columns=columns, use_threads=True)
     target = SEGMENT_SCHEMA if columns is None else pa.schema([SEGMENT_SCHEMA.field(c) for c in columns])
     if table.schema != target:
         table = table.cast(target)

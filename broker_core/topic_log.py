@@ -61,7 +61,12 @@ from broker_core.staged_writes import StagedSegment, staged_commit_actions, unre
 from broker_core.storage import FileIO
 from broker_core.waiters import Waiters
 
-_SEGMENT_CACHE_ENTRIES = 4
+_SEGMENT_CACHE_ENTRIES = 4  # always kept, whatever their size
+# Beyond those, decoded segments stay cached up to a byte budget: a consumer's dispatch window spans
+# thousands of tiny segments under a trickle of small commits, and re-decoding each file per claim
+# cost more than everything else it does (``benchmarks/bench_trickle.py``).
+_SEGMENT_CACHE_BYTES = 64 << 20
+_SEGMENT_CACHE_MAX_ENTRIES = 16_384
 
 
 class TopicLog(Waiters):
@@ -93,6 +98,7 @@ class TopicLog(Waiters):
             background_checkpoints=background_checkpoints,
         )
         self._cache: OrderedDict[str, pa.Table] = OrderedDict()
+        self._cache_bytes = 0
         self._cache_lock = threading.Lock()
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -136,7 +142,7 @@ class TopicLog(Waiters):
             return [Txn(app_id=TXN_DELETED, version=now_ms, last_updated=now_ms)]
 
         result = self.log.commit(build, operation="DELETE TOPIC")
-        self.notify()
+        self.notify(written=result.version)
         return result.version
 
     # -- writing ------------------------------------------------------------------------------------
@@ -261,7 +267,7 @@ class TopicLog(Waiters):
             except BaseException:
                 self._discard(seg_path)
                 raise
-            self.notify()
+            self.notify(written=result.version)
             return AppendResult(version=result.version, segment=written.get("seg"), kept=keep)
 
     def stage(self, table: pa.Table, *, compression: CompressionType = CompressionType.NONE) -> StagedSegment:
@@ -292,7 +298,7 @@ class TopicLog(Waiters):
             for path in unreferenced(staged, self.log.cached_snapshot()):
                 self._discard(path)
             return None
-        self.notify()
+        self.notify(written=result.version)
         return result.version
 
     def bump_producer_epoch(self, to: int) -> int:
@@ -310,7 +316,7 @@ class TopicLog(Waiters):
             result = self.log.commit(build, operation="FENCE PRODUCERS")
         except NothingToCommit:
             return self.log.snapshot().producer_epoch
-        self.notify()
+        self.notify(written=result.version)
         return result.snapshot.producer_epoch
 
     def _discard(self, seg_path: str | None) -> None:
@@ -334,9 +340,13 @@ class TopicLog(Waiters):
                 return cached
         table = read_segment_checked(self.io, self.path, seg)
         with self._cache_lock:
-            self._cache[seg.path] = table
-            while len(self._cache) > _SEGMENT_CACHE_ENTRIES:
-                self._cache.popitem(last=False)
+            if seg.path not in self._cache:
+                self._cache[seg.path] = table
+                self._cache_bytes += table.get_total_buffer_size()  # (``nbytes`` costs 70x more)
+            while len(self._cache) > _SEGMENT_CACHE_ENTRIES and (
+                self._cache_bytes > _SEGMENT_CACHE_BYTES or len(self._cache) > _SEGMENT_CACHE_MAX_ENTRIES
+            ):
+                self._cache_bytes -= self._cache.popitem(last=False)[1].get_total_buffer_size()
         return table
 
     def read(self, start: int, end: int, *, snapshot: Snapshot | None = None) -> tuple[pa.Table, np.ndarray]:
@@ -374,13 +384,13 @@ class TopicLog(Waiters):
             lo = max(start, seg.base_offset) - seg.base_offset
             hi = min(end, seg.end_offset) - seg.base_offset
             try:
-                rows = self.segment_table(seg)
+                whole = self.segment_table(seg)
             except SegmentCorrupted:
                 if not (partial and pieces):
                     raise
                 stop = seg.base_offset  # the next read starts here and reports the damage
                 break
-            pieces.append(rows.slice(lo, hi - lo))
+            pieces.append(whole if lo == 0 and hi == whole.num_rows else whole.slice(lo, hi - lo))
             offsets.append(np.arange(seg.base_offset + lo, seg.base_offset + hi, dtype=np.int64))
             i += 1
         if not pieces:

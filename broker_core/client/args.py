@@ -11,6 +11,10 @@ from typing import Any
 
 from broker_core.errors import InvalidConfiguration
 
+INT64_MAX = (1 << 63) - 1
+MAX_TIMESTAMP_MS = INT64_MAX // 1000
+"""Segments store times as int64 microseconds (``docs/PROTOCOL.md``): the largest ms value that fits."""
+
 
 def _names(expected: type | tuple[type, ...]) -> str:
     types = expected if isinstance(expected, tuple) else (expected,)
@@ -41,8 +45,32 @@ def check_positive(value: int, name: str, *, allow_zero: bool = False) -> int:
     return value
 
 
+def check_utf8(value: str, name: str) -> str:
+    """A str that encodes as UTF-8: a lone surrogate (``"\\ud800"``) cannot be stored in a segment,
+    and finding out at commit time would fail every message committed with it."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidConfiguration(
+                f"argument {name!r} holds {value!r}, which is not valid Unicode text ({exc.reason} at "
+                f"index {exc.start}); pass well-formed text (decode bytes with errors='replace' if needed)",
+                argument=name,
+            ) from None
+    return value
+
+
+def check_int_range(value: int, name: str, low: int, high: int, fix: str) -> int:
+    """``low <= value <= high``; the error names the argument, the value and ``fix``."""
+    if not low <= value <= high:
+        raise InvalidConfiguration(
+            f"argument {name!r} must be between {low} and {high}, got {value}; {fix}", argument=name
+        )
+    return value
+
+
 def check_str_map(value: Any, name: str) -> dict[str, str] | None:
-    """A dict of str to str (message or producer properties), or None."""
+    """A dict of str to str (message or producer properties) of valid Unicode text, or None."""
     if value is None:
         return None
     check_type(dict, value, name)
@@ -53,6 +81,8 @@ def check_str_map(value: Any, name: str) -> dict[str, str] | None:
                 f"{type(k).__name__}: {type(v).__name__}",
                 argument=name,
             )
+        check_utf8(k, f"{name} key")
+        check_utf8(v, f"{name}[{k!r}]")
     return value
 
 
@@ -70,20 +100,50 @@ def check_send_arguments(
     """Check the optional arguments of ``send`` / ``send_async``; return the properties.
 
     Persistent and non-persistent producers take the same arguments and refuse the same wrong types
-    and negative sequence ids; what each does with a well-typed value (a delay) is its own rule.
+    and out-of-range values; what each does with a well-typed value (a delay) is its own rule.  Every
+    value a segment cannot store is refused here, for this message alone: found at commit time it
+    would fail every message of the batch or group commit (``docs/DECISIONS.md``).
     """
     props = check_str_map(properties, "properties")
-    check_type_or_none(str, partition_key, "partition_key")
-    check_type_or_none(str, ordering_key, "ordering_key")
-    check_type_or_none(int, sequence_id, "sequence_id")
-    if sequence_id is not None and sequence_id < 0:
-        raise InvalidConfiguration(f"argument 'sequence_id' must be >= 0, got {sequence_id}", argument="sequence_id")
+    if check_type_or_none(str, partition_key, "partition_key") is not None:
+        check_utf8(partition_key, "partition_key")
+    if check_type_or_none(str, ordering_key, "ordering_key") is not None:
+        check_utf8(ordering_key, "ordering_key")
+    if check_type_or_none(int, sequence_id, "sequence_id") is not None:
+        check_int_range(sequence_id, "sequence_id", 0, INT64_MAX, "sequence ids are signed 64-bit and not negative")
     check_type_or_none(list, replication_clusters, "replication_clusters")
     check_type(bool, disable_replication, "disable_replication")
-    check_type_or_none(int, event_timestamp, "event_timestamp")
-    check_type_or_none(int, deliver_at, "deliver_at")
-    check_type_or_none(timedelta, deliver_after, "deliver_after")
+    if check_type_or_none(int, event_timestamp, "event_timestamp") is not None:
+        check_int_range(event_timestamp, "event_timestamp", 0, MAX_TIMESTAMP_MS,
+                        "pass milliseconds since the epoch (as Pulsar, not negative)")
+    if check_type_or_none(int, deliver_at, "deliver_at") is not None:
+        check_int_range(deliver_at, "deliver_at", -MAX_TIMESTAMP_MS, MAX_TIMESTAMP_MS,
+                        "pass milliseconds since the epoch")
+    if check_type_or_none(timedelta, deliver_after, "deliver_after") is not None:
+        delay_ms = deliver_after // timedelta(milliseconds=1)
+        check_int_range(delay_ms, "deliver_after (in ms)", -MAX_TIMESTAMP_MS // 2, MAX_TIMESTAMP_MS // 2,
+                        "pass a delay a timestamp can hold")
     return props
 
 
-__all__ = ["check_positive", "check_send_arguments", "check_str_map", "check_type", "check_type_or_none"]
+def check_initial_sequence_id(value: Any) -> int | None:
+    """``create_producer``'s ``initial_sequence_id``: the last id already published, so the next one
+    (this + 1) must be a valid sequence id too."""
+    if check_type_or_none(int, value, "initial_sequence_id") is None:
+        return None
+    return check_int_range(value, "initial_sequence_id", -1, INT64_MAX - 1,
+                           "it is the last sequence id published (-1: none), and the next one must fit in 64 bits")
+
+
+__all__ = [
+    "INT64_MAX",
+    "MAX_TIMESTAMP_MS",
+    "check_initial_sequence_id",
+    "check_int_range",
+    "check_positive",
+    "check_send_arguments",
+    "check_str_map",
+    "check_type",
+    "check_type_or_none",
+    "check_utf8",
+]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from broker_core.hashing import sticky_key_hash_array
@@ -56,17 +57,27 @@ def _ts_us(values: list[int | None]) -> pa.Array:
     return pa.array([None if v is None else v * 1000 for v in values], pa.timestamp("us", tz="UTC"))
 
 
+# The sticky key hash of a message with neither key nor ordering key (``NONE_KEY``'s), worked out
+# once: a batch of keyless messages, the common case, then skips the vectorised hash, which costs
+# about half of building a small batch's rows.
+_KEYLESS_HASH = sticky_key_hash_array(pa.nulls(1, pa.binary()), pa.nulls(1, pa.string()))[0].as_py()
+
+
 def rows_for(pending: list[PendingMessage], producer_name: str, *, schema_version: bytes | None = None) -> pa.Table:
     """The segment rows of ``pending``, in order (all written under the producer's ``schema_version``)."""
     n = len(pending)
     ordering = pa.array([p.ordering_key for p in pending], pa.binary())
     keys = pa.array([p.key for p in pending], pa.string())
     props = [list(p.properties.items()) if p.properties else None for p in pending]
+    if ordering.null_count == n and keys.null_count == n:
+        sticky = pa.array(np.full(n, _KEYLESS_HASH, dtype=np.int32))
+    else:
+        sticky = sticky_key_hash_array(ordering, keys).cast(pa.int32())
     columns = {
         "value": pa.array([p.value for p in pending], pa.binary()),
         "key": keys,
         "ordering_key": ordering,
-        "sticky_key_hash": sticky_key_hash_array(ordering, keys).cast(pa.int32()),
+        "sticky_key_hash": sticky,
         "properties": pa.array(props, pa.map_(pa.string(), pa.string())),
         "producer_name": pa.array([producer_name] * n, pa.string()),
         "sequence_id": pa.array([p.sequence_id for p in pending], pa.int64()),

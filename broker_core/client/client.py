@@ -19,7 +19,14 @@ from typing import Any
 from broker_core.authentication import check_authentication
 from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.broker import Broker
-from broker_core.client.args import check_positive, check_str_map, check_type, check_type_or_none
+from broker_core.client.args import (
+    check_initial_sequence_id,
+    check_positive,
+    check_str_map,
+    check_type,
+    check_type_or_none,
+    check_utf8,
+)
 from broker_core.client.consumer import Consumer
 from broker_core.client.loggers import check_logger
 from broker_core.client.non_persistent import create_non_persistent_producer, create_non_persistent_reader
@@ -198,8 +205,10 @@ class Client:
         """Create a producer on ``topic`` (auto-created per ``allowAutoTopicCreation``)."""
         self._check_open()
         check_type_or_none(str, producer_name, "producer_name")
+        if producer_name is not None:
+            check_utf8(producer_name, "producer_name")
         schema = BytesSchema() if schema is None else check_type(Schema, schema, "schema")
-        check_type_or_none(int, initial_sequence_id, "initial_sequence_id")
+        check_initial_sequence_id(initial_sequence_id)
         check_type(int, send_timeout_millis, "send_timeout_millis")
         check_type(CompressionType, compression_type, "compression_type")
         check_positive(max_pending_messages, "max_pending_messages")

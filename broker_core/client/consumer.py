@@ -1,10 +1,16 @@
 """The consumer: a member of a subscription, shaped like the official ``pulsar.Consumer``.
 
-Each consumer runs one daemon thread that keeps its registration alive, flushes acknowledgments
-(grouped every ``ack_group_time_ms``, like Pulsar's ack grouping), runs the negative-ack and
-ack-timeout timers, and fills the receiver queue: Shared and Key_Shared consumers *claim* messages
-in the cursor (one commit per claim), Exclusive and the active Failover consumer read in order.
-``receive`` only takes from that queue, so it never touches storage.
+Each consumer runs a daemon dispatch thread that keeps its registration alive, runs the negative-ack
+and ack-timeout timers, and fills the receiver queue: Shared and Key_Shared consumers *claim*
+messages in the cursor (one commit per claim), Exclusive and the active Failover consumer read in
+order.  ``receive`` only takes from that queue, so it never touches storage.  A second daemon
+thread commits acknowledgments, grouped for at most ``ack_group_time`` (100 ms, like Pulsar's ack
+grouping): on its own thread, so a slow dispatch round (a long backlog of small segments) never holds
+acknowledgments back, and a killed consumer redelivers at most that much acknowledged work.
+
+The dispatch thread sleeps until woken (a commit of this process, or of another one where the root
+can notify: ``broker_core.watch``) or until its next poll, which backs off while nothing changes up
+to ``newEntriesCheckMaxDelayMillis``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from broker_core.client.dead_letters import DeadLetters
 from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.subscription_part import SubscriptionPart
 from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
+from broker_core.clock import SystemClock
 from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
 from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import (
@@ -40,6 +47,7 @@ from broker_core.errors import (
 )
 from broker_core.message import Message
 from broker_core.message_id import MessageId
+from broker_core.watch import PollSchedule
 
 if TYPE_CHECKING:
     from broker_core.client.client import Client
@@ -105,8 +113,10 @@ class Consumer(ConsumerBase):
         )
         self._deliver_ahead_ms = config.delayed_delivery_lookahead_ms  # Pulsar's non-strict tick cutoff
         self._poll_s = client._poll_ms / 1000
+        self._schedule = PollSchedule(self._poll_s, config.new_entries_check_max_delay_millis / 1000)
         self._ack_group_s = 0.1
         self._clock = client._clock
+        self._real_clock = isinstance(self._clock, SystemClock)
         self._lock = threading.RLock()  # hot paths enter the lock directly: Condition's __enter__ is Python
         self._cv = threading.Condition(self._lock)
         self._queue: deque[Message] = deque()
@@ -117,19 +127,24 @@ class Consumer(ConsumerBase):
         self._nacks: list[tuple[float, Message]] = []
         self._wake = threading.Event()
         self._tick_lock = threading.Lock()  # one dispatch round at a time; seek waits for it
+        self._flush_lock = threading.RLock()  # one ack flush at a time; in-order reads see it whole
+        self._acks_due = threading.Event()  # set by the first acknowledgment of a group
+        self._stopping = threading.Event()  # ends the ack thread's grouping wait at close
         self._closed = False
         self._paused = False
         self._errors: deque[PulsarException] = deque(maxlen=10)
         self._damage: LogCorrupted | None = None  # damaged storage: raised once by receive (see _run)
         self._damage_seen: set[str] = set()
         self._last_renew = time.monotonic()
-        self._last_ack_flush = time.monotonic()
         self._last_discovery = time.monotonic()
         self._seen: dict[int, tuple[int, int, int]] = {}
+        self._versions: dict[int, tuple[int, int]] = {}  # (log, cursor) versions of each part's last round
         for part in parts:
             self._attach(part)
         self._thread = threading.Thread(target=self._run, name=f"pubsub-consumer-{consumer_name}", daemon=True)
         self._thread.start()
+        self._ack_thread = threading.Thread(target=self._ack_loop, name=f"pubsub-acks-{consumer_name}", daemon=True)
+        self._ack_thread.start()
         self._listener_thread: threading.Thread | None = None
         if message_listener is not None:
             self._listener_thread = threading.Thread(
@@ -226,6 +241,7 @@ class Consumer(ConsumerBase):
                 pending = self._pending_acks.get(source)
                 if pending is None:
                     self._pending_acks[source] = [offset]
+                    self._acks_due.set()  # once per group: the ack thread commits it in ack_group_time
                 else:
                     pending.append(offset)
             return
@@ -234,6 +250,7 @@ class Consumer(ConsumerBase):
             for off in offsets:
                 self._unacked.pop((source, off), None)
             self._pending_acks.setdefault(source, []).extend(offsets)
+        self._acks_due.set()
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge every message up to this one (Exclusive and Failover only)."""
@@ -245,6 +262,7 @@ class Consumer(ConsumerBase):
             for key in [k for k in self._unacked if k[0] == source and k[1] <= last]:
                 del self._unacked[key]
             self._pending_cumulative[source] = max(self._pending_cumulative.get(source, -1), last)
+        self._acks_due.set()
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
         """Ask for redelivery after the negative-ack delay (or the backoff for its redelivery count)."""
@@ -368,7 +386,10 @@ class Consumer(ConsumerBase):
             self._closed = True
             self._cv.notify_all()
         self._wake.set()
+        self._stopping.set()
+        self._acks_due.set()
         self._thread.join(timeout=30)
+        self._ack_thread.join(timeout=30)
         with contextlib.suppress(PulsarException):
             self._flush_acks()
         for part in self._parts:
@@ -406,7 +427,7 @@ class Consumer(ConsumerBase):
                     "consumer %s on %s: unexpected error in the dispatch loop", self._name, self._topic_label
                 )
                 time.sleep(self._poll_s)
-            self._wake.wait(self._poll_s)
+            self._wake.wait(self._next_wait_s())
             self._wake.clear()
 
     def _report_damage(self, exc: LogCorrupted) -> None:
@@ -441,6 +462,43 @@ class Consumer(ConsumerBase):
         self._client._forget(self)
         return True
 
+    def _next_wait_s(self) -> float:
+        """How long the dispatch thread may sleep unless woken: the poll schedule (backing off while
+        idle), but never past a timer it runs (lease renewal, negative acks, ack timeouts, the
+        delayed-delivery tick, topic discovery)."""
+        wait = self._schedule.interval_s
+        now_s = time.monotonic()
+        wait = min(wait, self._last_renew + self._lease_ms / 3000 - now_s)
+        if self._delayed:
+            # delivery times are on the consumer's clock; an injected one may jump at any moment
+            wait = min(wait, self._tick_ms / 1000 if self._real_clock else self._poll_s)
+        if self._ack_timeout_s is not None:
+            wait = min(wait, self._poll_s)
+        if self._discover is not None:
+            wait = min(wait, self._last_discovery + self._discovery_period_s - now_s)
+        nacks = self._nacks
+        if nacks:
+            wait = min(wait, min(t for t, _ in nacks) - now_s)
+        return max(wait, 0.0005)
+
+    def _ack_loop(self) -> None:
+        """Commit each group of acknowledgments ``ack_group_time`` after its first one."""
+        while True:
+            self._acks_due.wait()
+            if self._closed or self._stopping.wait(self._ack_group_s):  # the grouping window itself
+                return  # (close flushes what is left)
+            self._acks_due.clear()
+            try:
+                self._flush_acks()
+            except PulsarException as exc:  # keep the acks for the next round rather than lose them
+                self._errors.append(exc)
+                self._acks_due.set()
+                time.sleep(self._poll_s)
+            except Exception:
+                _LOG.exception("consumer %s on %s: unexpected error flushing acknowledgments", self._name,
+                               self._topic_label)
+                time.sleep(self._poll_s)
+
     def _tick(self) -> None:
         now_s = time.monotonic()
         now_ms = self._clock.now_ms()
@@ -455,10 +513,11 @@ class Consumer(ConsumerBase):
                 self._parts.append(part)
                 self._attach(part)
         self._run_timers(now_s)
-        if now_s - self._last_ack_flush >= self._ack_group_s:
-            self._flush_acks()
         self._commit_redeliveries()
-        self._fill(now_ms)
+        if self._fill(now_ms):
+            self._schedule.active()
+        else:
+            self._schedule.idle()
 
     def _run_timers(self, now_s: float) -> None:
         due: list[Message] = []
@@ -477,10 +536,21 @@ class Consumer(ConsumerBase):
             self._redeliver(due)
 
     def _flush_acks(self) -> None:
-        with self._cv:
-            acks, self._pending_acks = self._pending_acks, {}
-            cumulative, self._pending_cumulative = self._pending_cumulative, {}
-        self._last_ack_flush = time.monotonic()
+        with self._flush_lock:
+            with self._cv:
+                acks, self._pending_acks = self._pending_acks, {}
+                cumulative, self._pending_cumulative = self._pending_cumulative, {}
+            try:
+                self._commit_acks(acks, cumulative)
+            except BaseException:
+                with self._cv:  # not committed: put them back, so the next flush (or close) retries
+                    for source, offsets in acks.items():
+                        self._pending_acks.setdefault(source, []).extend(offsets)
+                    for source, upto in cumulative.items():
+                        self._pending_cumulative[source] = max(self._pending_cumulative.get(source, -1), upto)
+                raise
+
+    def _commit_acks(self, acks: dict[int, list[int]], cumulative: dict[int, int]) -> None:
         for source in set(acks) | set(cumulative):
             offsets = acks.get(source, [])
             upto = cumulative.get(source)
@@ -529,30 +599,41 @@ class Consumer(ConsumerBase):
             return self._queue_size
         return 1 if self._listener is not None else self._receiving
 
-    def _fill(self, now_ms: int) -> None:
+    def _fill(self, now_ms: int) -> bool:
+        """Fill the receiver queue; False when nothing changed since the last round (idle)."""
+        changed = False
+        claims = self._type in (ConsumerType.Shared, ConsumerType.KeyShared)
         for index, part in enumerate(self._parts):
             space = self._capacity() - len(self._queue)
-            if space <= 0:
-                return
-            version, cursor = part.store.load()
-            if cursor is None:
-                part.log.snapshot()  # the cursor vanished: TopicDeleted here if the topic went with it
-                continue
-            # skip a part when nothing it depends on changed since it was last found drained
-            marker = (part.log.snapshot().version, version, now_ms // self._tick_ms if self._delayed else 0)
-            if self._seen.get(index) == marker:
-                continue
-            if self._type in (ConsumerType.Shared, ConsumerType.KeyShared):
+            if space <= 0:  # (receive wakes this thread when the queue falls below half)
+                return changed
+            # in-order reads: an ack being flushed must be in the cursor or still pending, never neither
+            with contextlib.nullcontext() if claims else self._flush_lock:
+                version, cursor = part.store.load()
+                if cursor is None:
+                    part.log.snapshot()  # the cursor vanished: TopicDeleted here if the topic went with it
+                    continue
+                # skip a part when nothing it depends on changed since it was last found drained
+                log_version = part.log.snapshot().version
+                marker = (log_version, version, now_ms // self._tick_ms if self._delayed else 0)
+                if self._versions.get(index) != (log_version, version):  # storage changed: not idle
+                    self._versions[index] = (log_version, version)
+                    changed = True
+                if self._seen.get(index) == marker:
+                    continue
+                held = None if claims else self._held_locally(index)
+            if held is None:
                 offsets, cursor = part.claim(now_ms=now_ms, limit=space, delayed_enabled=self._delayed,
                                              deliver_ahead_ms=self._deliver_ahead_ms)
                 drained = len(offsets) < space
             else:
-                offsets, drained, cursor = self._read_in_order(part, index, cursor, now_ms, space)
+                offsets, drained, cursor = self._read_in_order(part, cursor, now_ms, space, held)
             if drained:
                 self._seen[index] = marker
             else:
                 self._seen.pop(index, None)
             if offsets:
+                changed = True
                 try:
                     msgs = part.messages_for(offsets, cursor)
                 except SegmentCorrupted as exc:  # in order: deliver what precedes the damage, stop there
@@ -563,9 +644,22 @@ class Consumer(ConsumerBase):
                         self._deliver(index, part, part.messages_for(good, cursor))
                     raise
                 self._deliver(index, part, msgs)
+        return changed
+
+    def _held_locally(self, index: int) -> tuple[set[int], int]:
+        """What this consumer holds of part ``index`` (see ``_read_in_order``): the offsets, and the
+        highest cumulative acknowledgment not flushed yet (-1 if none)."""
+        with self._cv:
+            local: set[int] = set(self._pending_acks.get(index, ()))
+            local.update(self._redeliveries.get(index, ()))
+            held_msgs = [m for m, _ in self._unacked.values()] + list(self._queue)
+            for msg in held_msgs + [m for _, m in self._nacks]:
+                if msg._source == index:
+                    local.update(msg._chunk_offsets or [msg._offset])
+            return local, self._pending_cumulative.get(index, -1)
 
     def _read_in_order(
-        self, part: SubscriptionPart, index: int, cursor: Cursor, now_ms: int, space: int
+        self, part: SubscriptionPart, cursor: Cursor, now_ms: int, space: int, held_locally: tuple[set[int], int]
     ) -> tuple[list[int], bool, Cursor]:
         """Offsets the Exclusive (or active Failover) consumer reads next, whether it is drained, and
         the cursor whose redelivery counts the messages carry."""
@@ -587,14 +681,7 @@ class Consumer(ConsumerBase):
         # After a rewind (nack, ack timeout) skip what this consumer still holds locally: received and
         # unacked, queued and not received yet, acknowledged but not flushed to the cursor yet, or
         # negatively acknowledged and not redelivered yet (its own rewind brings it back, counted).
-        with self._cv:
-            local: set[int] = set(self._pending_acks.get(index, ()))
-            local.update(self._redeliveries.get(index, ()))
-            held_msgs = [m for m, _ in self._unacked.values()] + list(self._queue)
-            for msg in held_msgs + [m for _, m in self._nacks]:
-                if msg._source == index:
-                    local.update(msg._chunk_offsets or [msg._offset])
-            upto = self._pending_cumulative.get(index, -1)
+        local, upto = held_locally
         for pieces in part.chunks.values():  # chunks buffered until their message is complete
             local.update(p._offset for p in pieces)
         held = np.fromiter((int(o) in local for o in candidates), dtype=bool, count=len(candidates))

@@ -27,6 +27,7 @@ from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.topic_log import TopicLog
+from broker_core.watch import PollSchedule
 
 if TYPE_CHECKING:
     from broker_core.client.client import Client
@@ -76,6 +77,8 @@ class Reader:
         self._inclusive = start_message_id_inclusive
         self._queue_size = receiver_queue_size
         self._poll_s = poll_interval_ms / 1000
+        # between polls of a drained reader: backs off while nothing arrives (``broker_core.watch``)
+        self._schedule = PollSchedule(self._poll_s, client._broker.config.new_entries_check_max_delay_millis / 1000)
         self._parts = [
             _Partition(i if self._partitioned else -1, p, client._broker.topic_log(p),
                        read_compacted=read_compacted)
@@ -224,14 +227,17 @@ class Reader:
             try:
                 with self._lock:
                     if self._buffer or self._fetch():
+                        self._schedule.active()
                         return self._pop()
                 self._wake.clear()
                 with self._lock:  # a commit may have landed between the fetch and the clear
                     if self._buffer or self._fetch():
+                        self._schedule.active()
                         return self._pop()
             except GONE_ERRORS as exc:
                 self._stop_if_deleted(exc)
-            wait = self._poll_s
+            wait = self._schedule.interval_s
+            self._schedule.idle()
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -321,7 +327,7 @@ class Reader:
     def _listen(self, listener: Callable[[Reader, Message], None]) -> None:
         while not self._closed:
             try:
-                msg = self.read_next(timeout_millis=int(self._poll_s * 1000) or 1)
+                msg = self.read_next(timeout_millis=int(self._schedule.max_s * 1000) or 1)  # close() wakes it
             except (Timeout, AlreadyClosed):
                 continue
             except TopicDeleted:

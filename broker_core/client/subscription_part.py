@@ -24,7 +24,9 @@ from broker_core.ranges import RangeSet
 from broker_core.topic_log import TopicLog
 
 _SCAN_ROWS = 50_000  # rows examined per dispatch round, bounds the work behind a stuck message
-_FIRST_SCAN_ROWS = 2_048  # a claim reads this much first and widens (x4) only while it finds too little
+_FIRST_SCAN_ROWS = 2_048  # a claim reads at most this much first and widens (x4) only while it finds too little
+_MIN_SCAN_ROWS = 256  # ... and at least this much, else twice what it may take: each row of a backlog is
+# then read about twice (once ahead of its claim) rather than 2048 / limit times
 
 
 class Store(Protocol):
@@ -216,14 +218,8 @@ class SubscriptionPart:
 
         taken: dict[str, Any] = {"offsets": [], "window": (start, start)}
 
-        def fn(latest: Cursor | None) -> Cursor | None:
-            if latest is None or self.consumer_name not in latest.consumers:
-                taken["offsets"] = []
-                return None
-            latest.expire_consumers(now_ms)
-            if self.consumer_name not in latest.consumers:
-                taken["offsets"] = []
-                return None
+        def search(latest: Cursor) -> tuple[np.ndarray, tuple[int, int]]:
+            """The offsets to claim against ``latest`` and the window they were found in."""
             owner_of: Any = None
             if self.sub_type != ConsumerType.Shared:
                 selector, names = self.selector(latest, now_ms)
@@ -231,11 +227,10 @@ class SubscriptionPart:
                 owner_of = selector.owner_of_hashes
             # another commit may have released part of the skipped rows: then scan from markDelete
             first = skip if _covered_until(latest, start, self._holders(latest)) >= skip else start
-            stop = min(end, first + max(_FIRST_SCAN_ROWS, 2 * limit))
+            stop = min(end, first + min(_FIRST_SCAN_ROWS, max(_MIN_SCAN_ROWS, 2 * limit)))
             while True:
                 if first >= stop:
-                    chosen = np.empty(0, dtype=np.int64)
-                    break
+                    return np.empty(0, dtype=np.int64), (first, stop)
                 window = window_to(first, stop)
                 if owner_of is None:
                     chosen = shared_candidates(latest, window, now_ms=now_ms, delayed_enabled=delayed_enabled,
@@ -247,15 +242,28 @@ class SubscriptionPart:
                         allow_out_of_order=allow_out_of_order, limit=limit, deliver_ahead_ms=deliver_ahead_ms,
                     )
                 if len(chosen) >= limit or stop >= end:
-                    break
+                    return chosen, (first, stop)
                 stop = min(end, first + 4 * (stop - first))
+
+        def fn(latest: Cursor | None) -> Cursor | None:
+            if latest is None or self.consumer_name not in latest.consumers:
+                taken["offsets"] = []
+                return None
+            latest.expire_consumers(now_ms)
+            if self.consumer_name not in latest.consumers:
+                taken["offsets"] = []
+                return None
+            chosen, taken["window"] = search(latest)
             taken["offsets"] = chosen.tolist()
-            taken["window"] = (first, stop)
             if not taken["offsets"]:
                 return None
             latest.claim(self.consumer_name, taken["offsets"])
             return latest
 
+        # Read the segments before the commit: ``fn`` runs under the cursor store's lock, which the
+        # acknowledgment flush needs too, and it almost always finds the same windows read here.
+        if self.consumer_name in cursor.consumers:
+            search(cursor)
         new_cursor_state = self.store.update(fn)
         if taken["offsets"]:
             _, table, offsets = windows[taken["window"]]

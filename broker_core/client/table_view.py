@@ -29,6 +29,7 @@ from broker_core.errors import AlreadyClosed, PulsarException
 from broker_core.message import Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
+from broker_core.watch import PollSchedule
 
 if TYPE_CHECKING:
     from broker_core.client.client import Client
@@ -47,6 +48,8 @@ class TableView:
         self._subscription = subscription_name
         self._schema = schema
         self._poll_s = poll_interval_ms / 1000
+        # between background polls: backs off while nothing arrives (``broker_core.watch``)
+        self._schedule = PollSchedule(self._poll_s, client._broker.config.new_entries_check_max_delay_millis / 1000)
         self._data: dict[str, bytes] = {}
         self._chunks: dict[str, list[bytes]] = {}  # chunks of a message not read whole yet, by uuid
         self._listeners: list[Callable[[str, Any], None]] = []
@@ -120,19 +123,29 @@ class TableView:
         processes without waiting for the background poll.
         """
         self._check_open()
+        self._refresh()
+
+    def _refresh(self) -> bool:
+        """``refresh``; True if anything was applied."""
+        applied = False
         with self._lock:
             while True:
                 rows = self._reader.read_batch(_READ_ROWS)
                 if not rows.num_rows:  # the reader's bulk read returns nothing only when drained
-                    return
+                    return applied
                 self._apply(rows)
+                applied = True
 
     def _run(self) -> None:
         while not self._closed:
-            self._wake.wait(self._poll_s)
+            self._wake.wait(self._schedule.interval_s)
             self._wake.clear()  # before draining: a commit landing meanwhile sets it again
             try:
-                self.refresh()
+                self._check_open()
+                if self._refresh():
+                    self._schedule.active()
+                else:
+                    self._schedule.idle()
             except AlreadyClosed:
                 return
             except PulsarException:  # a storage hiccup: the next round retries

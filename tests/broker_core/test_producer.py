@@ -891,3 +891,20 @@ def test_wait_for_exclusive_waits_until_the_holder_closes(client: Client) -> Non
     assert errors == []
     made[0].send(b"waiter")
     assert [m.data() for m in read_all(client, "t")] == [b"holder", b"waiter"]
+
+
+def test_keyless_and_keyed_rows_carry_the_sticky_key_hash(tmp_path: Path) -> None:
+    """A batch without keys takes a precomputed hash (``builder._KEYLESS_HASH``); it must be the
+    same as the vectorised one, and a batch mixing keyed and keyless rows hashes each row."""
+    import pyarrow as pa
+
+    from broker_core.client.builder import PendingMessage, rows_for
+    from broker_core.hashing import sticky_key_hash_array
+
+    def pending(key: str | None) -> PendingMessage:
+        return PendingMessage(b"v", key, None, None, 0, EPOCH_MS, None, None, 1)
+
+    for keys in ([None, None, None], ["a", None, "b"]):
+        rows = rows_for([pending(k) for k in keys], "p")
+        expected = sticky_key_hash_array(pa.array([None] * 3, pa.binary()), pa.array(keys, pa.string()))
+        assert rows.column("sticky_key_hash").to_pylist() == expected.to_pylist()

@@ -108,6 +108,23 @@ def test_messages_round_trip_every_column(topic: TopicLog) -> None:
     assert _values(read)[:2] == [None, b""]  # a tombstone is not an empty value
 
 
+@pytest.mark.parametrize("small_below_bytes", [0, 1 << 20], ids=["parallel-decode", "small-file-decode"])
+def test_both_decode_paths_read_every_column_and_column_subsets(
+    topic: TopicLog, monkeypatch: pytest.MonkeyPatch, small_below_bytes: int
+) -> None:
+    """Segments under 1 MiB decode on the calling thread (``segment._SMALL_SEGMENT_BYTES``), larger
+    ones with ``read_table``; both give exactly ``SEGMENT_SCHEMA`` and the same rows."""
+    from broker_core import segment
+
+    table = producer_table("p", range(50))
+    data = segment.encode_segment(table)
+    monkeypatch.setattr(segment, "_SMALL_SEGMENT_BYTES", small_below_bytes)
+    assert segment.decode_segment(pa.BufferReader(data)).equals(table)
+    subset = segment.decode_segment(pa.BufferReader(data), columns=["sequence_id", "value"])
+    assert subset.column_names == ["sequence_id", "value"]
+    assert subset.equals(table.select(["sequence_id", "value"]))
+
+
 @pytest.mark.parametrize("compression", list(CompressionType))
 def test_every_compression_reads_back(tmp_path: Path, compression: CompressionType) -> None:
     topic = open_topic(tmp_path, fsync=False)

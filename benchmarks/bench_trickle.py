@@ -1,0 +1,281 @@
+"""Consumers under a trickle of small commits, and the drain of a backlog of small segments.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_trickle.py [--seconds S] [--segments-per-s R] [--baseline REF]
+
+Workload (issue #10, "Also measured"): four producer processes each commit a tiny segment (3 messages
+of 100 bytes, ``flush()`` after each) at a paced rate, 100 segments/s each by default, so about 400
+segments and 1,200 messages a second reach one non-partitioned topic.  One consumer process on a
+Shared subscription receives and acknowledges every message.
+
+a. keeping up: the consumer's throughput while producers run against the producers' commit rate, its
+   lag (receive time - publish time) p50/p99/max, and how long it takes to catch up once they stop.
+   The lag includes the producers' own commit time, which grows when the machine cannot sustain the
+   commit rate; "commit -> receive" (receive time - the moment the producer's ``flush`` returned) is
+   the consumer's part alone;
+b. draining: the same producers write a backlog of small segments with no consumer running; then a
+   fresh consumer process drains it, receive + acknowledge per message; the figure is msg/s, and
+   msg/s per CPU-second of the consumer process (what an idle core would reach; on a busy machine
+   the wall-clock figure mostly measures the scheduler).
+
+Every figure is measured twice in the same run: on this checkout and on a baseline checkout
+(``--baseline``, default ``HEAD~0`` of the branch point given by ``git merge-base HEAD main``),
+extracted with ``git archive`` into a temporary directory and put first on ``PYTHONPATH`` of its
+worker processes, so the ratio compares code on one machine under one load.  Goals (issue #10): lag
+under 1 s while producers run, and a drain of >= 20,000 msg/s per consumer process.
+
+This is a benchmark, not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_REPO = Path(__file__).resolve().parent.parent
+
+TOPIC = "persistent://public/default/trickle"
+SUBSCRIPTION = "trickle"
+VALUE_BYTES = 100
+MESSAGES_PER_SEGMENT = 3
+PRODUCERS = 4
+
+
+# --- workers (run in their own processes, against whichever checkout is on sys.path) ---------------
+
+
+def producer_worker(args: dict[str, Any]) -> None:
+    """Commit ``segments`` tiny segments, paced at ``rate`` segments/s (0: as fast as possible)."""
+    import numpy as np
+
+    from broker_core import Client
+
+    client = Client(args["root"])
+    producer = client.create_producer(TOPIC, producer_name=f"trickle-{args['index']}", batching_enabled=True,
+                                      batching_max_publish_delay_ms=1000)
+    payload = b"x" * VALUE_BYTES
+    committed = np.empty(args["segments"], dtype=np.float64)
+    print("ready", flush=True)
+    assert sys.stdin.readline().strip() == "go"
+    start = time.time()
+    rate = args["rate"]
+    for i in range(args["segments"]):
+        if rate:
+            wait = start + i / rate - time.time()
+            if wait > 0:
+                time.sleep(wait)
+        for _ in range(MESSAGES_PER_SEGMENT):
+            producer.send_async(payload, None)
+        producer.flush()
+        committed[i] = time.time()  # sequence ids 3i .. 3i+2 are durable (and visible) from here on
+    np.save(args["out"], committed)
+    print(json.dumps({"start": start, "end": time.time()}), flush=True)
+    client.close()
+
+
+def consumer_worker(args: dict[str, Any]) -> None:
+    """Receive and acknowledge ``count`` messages; report receive times and lags."""
+    import numpy as np
+
+    from broker_core import Client, ConsumerType, InitialPosition
+
+    client = Client(args["root"])
+    consumer = client.subscribe(TOPIC, SUBSCRIPTION, consumer_type=ConsumerType.Shared,
+                                initial_position=InitialPosition.Earliest)
+    print("ready", flush=True)
+    count = args["count"]
+    received = np.empty(count, dtype=np.float64)
+    lag_ms = np.empty(count, dtype=np.float64)
+    producer = np.empty(count, dtype=np.float64)
+    sequence = np.empty(count, dtype=np.float64)
+    if args.get("wait_go"):
+        assert sys.stdin.readline().strip() == "go"
+    start = time.time()
+    cpu = time.process_time()
+    for i in range(count):
+        msg = consumer.receive(timeout_millis=120_000)
+        now = time.time()
+        received[i] = now
+        lag_ms[i] = now * 1000 - msg.publish_timestamp()
+        producer[i] = int(msg.producer_name().rsplit("-", 1)[1])
+        sequence[i] = msg.sequence_id()
+        consumer.acknowledge(msg)
+    np.save(args["out"], np.stack([received, lag_ms, producer, sequence]))
+    print(json.dumps({"start": start, "end": time.time(), "cpu": time.process_time() - cpu}), flush=True)
+    consumer.close()
+    client.close()
+
+
+# --- driver --------------------------------------------------------------------------------------------
+
+
+def spawn(role: str, args: dict[str, Any], pythonpath: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    proc = subprocess.Popen([sys.executable, __file__, "--worker", json.dumps({**args, "role": role})],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=pythonpath)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    assert line == "ready", f"{role} did not start: {line!r}"
+    return proc
+
+
+def run_producers(root: str, segments: int, rate: float, pythonpath: str) -> tuple[float, float]:
+    """Start the producers together; return (first start, last end)."""
+    procs = [spawn("producer", {"root": root, "segments": segments, "rate": rate, "index": index,
+                                "out": os.path.join(root, f"producer-{index}.npy")}, pythonpath)
+             for index in range(PRODUCERS)]
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    spans = [json.loads(proc.stdout.readline()) for proc in procs if proc.stdout is not None]
+    for proc in procs:
+        proc.wait(60)
+    return min(s["start"] for s in spans), max(s["end"] for s in spans)
+
+
+def keep_up(base: str | None, seconds: float, rate: float, pythonpath: str) -> dict[str, float]:
+    """Scenario a: the consumer runs while producers trickle."""
+    import numpy as np
+
+    root = tempfile.mkdtemp(prefix="bench-trickle-", dir=base)
+    try:
+        segments = int(seconds * rate)
+        count = segments * MESSAGES_PER_SEGMENT * PRODUCERS
+        out = os.path.join(root, "consumer.npy")
+        consumer = spawn("consumer", {"root": root, "count": count, "out": out}, pythonpath)
+        start, end = run_producers(root, segments, rate, pythonpath)
+        assert consumer.stdout is not None
+        json.loads(consumer.stdout.readline())
+        consumer.wait(60)
+        received, lag, producer, sequence = np.load(out)
+        commits = np.stack([np.load(os.path.join(root, f"producer-{i}.npy")) for i in range(PRODUCERS)])
+        # the consumer's own delay: from the moment the producer's flush returned to the receive
+        visible_ms = (received - commits[producer.astype(int), sequence.astype(int) // MESSAGES_PER_SEGMENT]) * 1000
+        during = received <= end
+        return {
+            "visible_p50_ms": float(np.percentile(visible_ms, 50)),
+            "visible_p99_ms": float(np.percentile(visible_ms, 99)),
+            "commit_rate": segments * PRODUCERS / (end - start),
+            "produce_rate": count / (end - start),
+            "consume_rate": int(during.sum()) / (end - start),
+            "lag_p50_ms": float(np.percentile(lag, 50)),
+            "lag_p99_ms": float(np.percentile(lag, 99)),
+            "lag_max_ms": float(lag.max()),
+            "catch_up_s": max(0.0, float(received.max()) - end),
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def drain(base: str | None, segments: int, pythonpath: str) -> dict[str, float]:
+    """Scenario b: a backlog of small segments, then one consumer process drains it."""
+    root = tempfile.mkdtemp(prefix="bench-trickle-", dir=base)
+    try:
+        per_producer = segments // PRODUCERS
+        count = per_producer * PRODUCERS * MESSAGES_PER_SEGMENT
+        run_producers(root, per_producer, 0, pythonpath)
+        out = os.path.join(root, "consumer.npy")
+        consumer = spawn("consumer", {"root": root, "count": count, "out": out, "wait_go": True}, pythonpath)
+        assert consumer.stdin is not None and consumer.stdout is not None
+        consumer.stdin.write("go\n")
+        consumer.stdin.flush()
+        span = json.loads(consumer.stdout.readline())
+        consumer.wait(60)
+        return {"drain_rate": count / (span["end"] - span["start"]), "segments": per_producer * PRODUCERS,
+                "drain_cpu_rate": count / span["cpu"]}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def baseline_tree(ref: str) -> str:
+    """Extract ``ref`` of this repository into a temporary directory (its ``broker_core`` is imported)."""
+    target = tempfile.mkdtemp(prefix="bench-trickle-baseline-")
+    archive = subprocess.run(["git", "archive", ref, "broker_core"], cwd=_REPO, check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", target], input=archive.stdout, check=True)
+    return target
+
+
+def default_baseline() -> str:
+    merge_base = subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=_REPO, capture_output=True, text=True)
+    return merge_base.stdout.strip() or "HEAD"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=10.0, help="how long producers trickle")
+    parser.add_argument("--segments-per-s", type=float, default=100.0, help="commit rate of each producer")
+    parser.add_argument("--backlog", type=int, default=4000, help="segments in the drain scenario")
+    parser.add_argument("--baseline", default=None, help="git ref to compare with (default: merge-base with main)")
+    parser.add_argument("--no-baseline", action="store_true", help="measure this checkout only")
+    parser.add_argument("--root", default=None, help="directory for the storage roots (default: temp)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.worker:
+        args = json.loads(opts.worker)
+        (producer_worker if args["role"] == "producer" else consumer_worker)(args)
+        return
+    variants = [("this checkout", str(_REPO))]
+    base_dir = None
+    if not opts.no_baseline:
+        ref = opts.baseline or default_baseline()
+        base_dir = baseline_tree(ref)
+        variants.append((f"baseline {ref[:10]}", base_dir))
+    results: dict[str, dict[str, float]] = {}
+    load_before = os.getloadavg()[0]
+    try:
+        for label, path in variants:  # interleaved per scenario so background load hits both alike
+            results[label] = keep_up(opts.root, opts.seconds, opts.segments_per_s, path)
+        for label, path in variants:
+            results[label].update(drain(opts.root, opts.backlog, path))
+    finally:
+        if base_dir is not None:
+            shutil.rmtree(base_dir, ignore_errors=True)
+    print_report(results, opts, (load_before, os.getloadavg()[0]))
+
+
+def print_report(results: dict[str, dict[str, float]], opts: argparse.Namespace, load: tuple[float, float]) -> None:
+    labels = list(results)
+    rows = [
+        ("producer commits/s (all 4)", "commit_rate", "{:,.0f}", None),
+        ("messages produced/s", "produce_rate", "{:,.0f}", None),
+        ("consumed/s while producing", "consume_rate", "{:,.0f}", None),
+        ("commit -> receive p50 (ms)", "visible_p50_ms", "{:,.1f}", None),
+        ("commit -> receive p99 (ms)", "visible_p99_ms", "{:,.1f}", None),
+        ("lag (publish -> receive) p50 (ms)", "lag_p50_ms", "{:,.1f}", None),
+        ("lag (publish -> receive) p99 (ms)", "lag_p99_ms", "{:,.1f}", ("< 1000", lambda v: v < 1000)),
+        ("lag (publish -> receive) max (ms)", "lag_max_ms", "{:,.1f}", None),
+        ("catch-up after producers stop (s)", "catch_up_s", "{:,.2f}", None),
+        ("backlog drain, one consumer (msg/s)", "drain_rate", "{:,.0f}", (">= 20,000", lambda v: v >= 20_000)),
+        ("  the same per CPU-second of the consumer", "drain_cpu_rate", "{:,.0f}", None),
+    ]
+    print(f"trickle: {PRODUCERS} producers x {opts.segments_per_s:.0f} segments/s of {MESSAGES_PER_SEGMENT} x "
+          f"{VALUE_BYTES} B for {opts.seconds:.0f} s; drain: {opts.backlog:,} segments; {os.cpu_count()} CPUs, "
+          f"load average {load[0]:.1f} before and {load[1]:.1f} after")
+    header = f"{'measurement':<38}" + "".join(f"{label:>22}" for label in labels)
+    if len(labels) == 2:
+        header += f"{'ratio':>10}"
+    print(header + f"{'goal':>12}{'verdict':>9}")
+    for title, key, fmt, goal in rows:
+        values = [results[label].get(key, float("nan")) for label in labels]
+        line = f"{title:<38}" + "".join(f"{fmt.format(v):>22}" for v in values)
+        if len(labels) == 2:
+            line += f"{values[0] / values[1]:>9.2f}x" if values[1] else f"{'-':>10}"
+        if goal is not None:
+            line += f"{goal[0]:>12}{('MET' if goal[1](values[0]) else 'MISSED'):>9}"
+        print(line)
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        main()
