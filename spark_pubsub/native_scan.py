@@ -24,6 +24,7 @@ from spark_pubsub.batch_reader import bounded_range
 from spark_pubsub.native_plan import TopicRead, id_table, plan_topic_read
 from spark_pubsub.options import SourceOptions, parse_options
 from spark_pubsub.schema import CREATE_TIME, SOURCE_SCHEMA, user_topic
+from spark_pubsub.typed_values import read_plan
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -70,6 +71,7 @@ def read_topic(
     endingTimestamp: int | None = None,
     readCompacted: bool = False,
     failOnDataLoss: bool = True,
+    valueFormat: str | None = None,
     spark_root: str | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> DataFrame:
@@ -83,6 +85,9 @@ def read_topic(
             endingTimestamp, readCompacted, failOnDataLoss: the source's options, same meaning.
             With ``failOnDataLoss=False`` a segment file deleted after planning (vacuum) is skipped;
             with ``True`` (the default) reading it fails, naming the file.
+        valueFormat: as the source's option: a topic with a record schema reads its ``value`` as a
+            struct (``auto``, the default) through ``format("pubsub")``, whose Python tasks decode it;
+            ``binary`` keeps the native scan and the raw bytes.
         spark_root: the same root as Spark's file systems name it, when that differs (a mount seen
             as ``dbfs:/...`` by Spark and ``/dbfs/...`` by the driver); default: ``root``, with
             ``s3://`` mapped to ``s3a://``.
@@ -96,10 +101,15 @@ def read_topic(
     given: dict[str, Any] = {"path": root, "topic": topic, "topics": topics, "topicsPattern": topicsPattern,
                              "startingOffsets": startingOffsets, "endingOffsets": endingOffsets,
                              "startingTimestamp": startingTimestamp, "endingTimestamp": endingTimestamp,
-                             "readCompacted": readCompacted, "failOnDataLoss": failOnDataLoss}
+                             "readCompacted": readCompacted, "failOnDataLoss": failOnDataLoss,
+                             "valueFormat": valueFormat}
     strings = {k: _option_string(k, v) for k, v in given.items() if v is not None}
     strings.update({f"storage.{k}": _option_string(k, v) for k, v in (storage_options or {}).items()})
     options: SourceOptions = parse_options(SourceOptions, strings)
+    if read_plan(options) is not None:  # a typed topic: the value is decoded in Python (docs/SPARK.md)
+        log.info("read_topic: %s has a record schema; reading it through format('pubsub'), which decodes "
+                 "value (pass valueFormat='binary' for the native scan of the raw bytes)", options.root)
+        return spark.read.format("pubsub").options(**strings).load()
     plans = plan_read(options)
     base = spark_url(spark_root or root_uri(options.root, options.storage_options))
     if not spark_can_open(spark, base, plans):

@@ -88,6 +88,17 @@ def test_rows_of_three_versions_read_as_the_latest_struct(spark: SparkSession, r
     assert dict(_read(spark, root, topic="typed", valueFormat="binary").dtypes)["value"] == "binary"
 
 
+def test_the_native_scan_reads_a_typed_topic_as_the_source_does(spark: SparkSession, root: str) -> None:
+    from spark_pubsub import read_topic
+
+    _produce(root, "typed", (m.AvroSchema(V1), [V1(id=1, name="a")]), (m.AvroSchema(V2), [V2(id=2, score=2.0)]))
+    assert_df_equality(read_topic(spark, root, topic="typed").orderBy("offset"),
+                       _read(spark, root, topic="typed").orderBy("offset"))
+    raw = read_topic(spark, root, topic="typed", valueFormat="binary")
+    assert dict(raw.dtypes)["value"] == "binary"
+    assert_df_equality(raw.orderBy("offset"), _read(spark, root, topic="typed", valueFormat="binary").orderBy("offset"))
+
+
 def test_json_topics_and_streams_read_typed(spark: SparkSession, root: str, tmp_path: Path) -> None:
     _produce(root, "js", (m.JsonSchema(V1), [V1(id=1, name="a\nb")]), (m.JsonSchema(V2), [V2(id=2)]))
     stream = (spark.readStream.format("pubsub").option("serviceUrl", root).option("topic", "js")
