@@ -21,13 +21,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.args import check_type, check_type_or_none
 from broker_core.client.consumer_base import ConsumerBase
+from broker_core.client.context import HandleOwner
 from broker_core.client.dead_letters import DeadLetters
 from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.subscription_part import SubscriptionPart
@@ -49,9 +49,6 @@ from broker_core.message import Message
 from broker_core.message_id import MessageId
 from broker_core.watch import PollSchedule
 
-if TYPE_CHECKING:
-    from broker_core.client.client import Client
-
 _LOG = logging.getLogger(__name__)
 
 
@@ -62,7 +59,7 @@ class Consumer(ConsumerBase):
 
     def __init__(
         self,
-        client: Client,
+        client: HandleOwner,
         parts: list[SubscriptionPart],
         *,
         topic_label: str,

@@ -29,7 +29,8 @@ import pyarrow.compute as pc
 from broker_core.bulk import PartitionAppend, to_segment_rows
 from broker_core.client.args import check_type
 from broker_core.client.builder import PendingMessage
-from broker_core.client.producer_queue import PartitionQueue
+from broker_core.client.context import HandleOwner
+from broker_core.client.partition_queue import PartitionQueue
 from broker_core.client.producer_sender import ProducerSender
 from broker_core.errors import (
     DirectoryGone,
@@ -51,7 +52,6 @@ from broker_core.routing import MessageRouter
 from broker_core.segment import CompressionType
 
 if TYPE_CHECKING:
-    from broker_core.client.client import Client
     from broker_core.message import Schema
 
 
@@ -67,7 +67,7 @@ class Producer(ProducerSender):
 
     def __init__(
         self,
-        client: Client,
+        client: HandleOwner,
         topic: TopicName,
         partitions: list[TopicName],
         *,

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from broker_core.client.builder import PendingMessage, plan_entries, rows_for
-from broker_core.client.producer_queue import PartitionQueue, ProducerQueueing
+from broker_core.client.partition_queue import PartitionQueue
+from broker_core.client.producer_queue import ProducerQueueing
 from broker_core.errors import DirectoryGone, PulsarException, TopicDeleted
 from broker_core.message_id import MessageId
 

@@ -12,12 +12,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from broker_core.client.args import check_type
+from broker_core.client.context import HandleOwner
 from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
 from broker_core.compacted_view import CompactedTopic, ViewSlice
 from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
@@ -28,9 +29,6 @@ from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.topic_log import TopicLog
 from broker_core.watch import PollSchedule
-
-if TYPE_CHECKING:
-    from broker_core.client.client import Client
 
 
 class _Partition:
@@ -55,7 +53,7 @@ class Reader:
 
     def __init__(
         self,
-        client: Client,
+        client: HandleOwner,
         topic: TopicName,
         partitions: list[TopicName],
         *,

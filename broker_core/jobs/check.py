@@ -31,7 +31,6 @@ import re
 import time
 from dataclasses import dataclass
 
-from broker_core.admin import topic_dir
 from broker_core.broker import Broker
 from broker_core.cursor import Cursor
 from broker_core.cursor_store import CURSORS_DIR, list_subscriptions
@@ -47,6 +46,7 @@ from broker_core.naming import TopicName
 from broker_core.segment import read_segment_checked
 from broker_core.state_store import VersionedState
 from broker_core.storage import FileIO
+from broker_core.tenancy import topic_dir
 
 DAMAGED_DIR = "_damaged"
 """Where repair keeps a copy of each segment it set aside (hidden from Delta readers and vacuum)."""

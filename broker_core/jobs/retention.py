@@ -46,7 +46,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from broker_core.admin import topic_dir
 from broker_core.broker import Broker
 from broker_core.cursor import Cursor
 from broker_core.cursor_store import list_subscriptions
@@ -64,6 +63,7 @@ from broker_core.log.segment_ref import SegmentRef
 from broker_core.log.snapshot import TXN_NEXT_ENTRY_ID, TXN_NEXT_OFFSET, Snapshot
 from broker_core.log.transaction_log import NothingToCommit
 from broker_core.naming import TopicName
+from broker_core.tenancy import topic_dir
 
 MB = 1024 * 1024
 OPERATION = "RETENTION"

@@ -19,11 +19,11 @@ import pyarrow as pa
 import pytest
 
 from broker_core import BrokerConfig, Client, ConsumerType, InitialPosition, MessageId
-from broker_core.admin import topic_dir
 from broker_core.broker import notifier_for
 from broker_core.bulk import to_segment_rows
 from broker_core.naming import TopicName
 from broker_core.storage import file_io_for
+from broker_core.tenancy import topic_dir
 from broker_core.topic_log import TopicLog
 from broker_core.waiters import Waiters
 from broker_core.watch import InotifyNotifier, PollingNotifier, PollSchedule

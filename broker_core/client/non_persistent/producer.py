@@ -15,9 +15,10 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker_core.client.args import check_send_arguments
+from broker_core.client.context import HandleOwner
 from broker_core.client.non_persistent.handles import registry_of, track
 from broker_core.client.non_persistent.refusals import unsupported
 from broker_core.errors import (
@@ -35,9 +36,6 @@ from broker_core.non_persistent import ProducerToken
 from broker_core.producer_registry import ProducerAccessMode
 from broker_core.routing import CustomRouter, MessageRouter, PartitionsRoutingMode, router_for
 
-if TYPE_CHECKING:
-    from broker_core.client.client import Client
-
 _LOG = logging.getLogger(__name__)
 _NAME_COUNTER = itertools.count()
 
@@ -51,7 +49,7 @@ class NonPersistentProducer:
 
     def __init__(
         self,
-        client: Client,
+        client: HandleOwner,
         topic: TopicName,
         partitions: list[TopicName],
         *,
@@ -208,7 +206,7 @@ class NonPersistentProducer:
 
 
 def create_non_persistent_producer(
-    client: Client,
+    client: HandleOwner,
     topic: str,
     *,
     producer_name: str | None,
