@@ -9,7 +9,7 @@ only spreads the heavy part over executors.
 Commands:
 
 - ``compact --root R --topic T [--up-to-offset N] [--dry-run] [--retain-null-key]``: topic
-  compaction (``broker_core/compaction.py``) on Spark (``spark_pubsub/compaction_job.py``): the
+  compaction (``broker_core/jobs/compaction.py``) on Spark (``spark_pubsub/compaction_job.py``): the
   native scan, Spark's own aggregation, view files written by tasks, pointers committed on the
   driver exactly like the local run, for topics too large for one process.
 - ``retention``, ``ttl``, ``merge-segments``, ``vacuum --root R (--topic T | --namespace NS) [--execute]
@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.broker import Broker
-from broker_core.compacted_view import VIEW_SCHEMA
-from broker_core.compaction import (
+from broker_core.broker.broker import Broker
+from broker_core.jobs.compaction import (
     CompactionPlan,
     CompactionResult,
     CompactionTask,
@@ -43,10 +42,11 @@ from broker_core.compaction import (
     message_ends,
     read_compaction_task,
 )
+from broker_core.log.segment import TIMESTAMP
 from broker_core.naming import TopicName
-from broker_core.segment import TIMESTAMP
 from broker_core.storage import file_io_for
-from broker_core.topic_log import TopicLog
+from broker_core.topic.compacted_view import VIEW_SCHEMA
+from broker_core.topic.topic_log import TopicLog
 from spark_pubsub.compaction_job import compact_with_spark, default_parallelism
 
 if TYPE_CHECKING:

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 from broker_core.client.subscription_part import SubscriptionPart
-from broker_core.compacted_view import CompactedTopic
-from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import InvalidConfiguration
 from broker_core.message import BytesSchema
 from broker_core.naming import TopicName
-from broker_core.ranges import RangeSet
-from broker_core.scan import ScanTask, split_slots
+from broker_core.subscription.cursor import ConsumerType, Cursor
+from broker_core.subscription.ranges import RangeSet
+from broker_core.topic.compacted_view import CompactedTopic
+from broker_core.topic.scan import ScanTask, split_slots
 from spark_pubsub.offset_specs import parse_offsets_spec, parse_starting_offsets
 from spark_pubsub.options import SourceOptions
 from spark_pubsub.scan_partition import ScanPartition

@@ -26,7 +26,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.errors import IncompatibleSchema, InvalidConfiguration, InvalidMessage
 from broker_core.naming import TopicName
 from broker_core.schema.column_encoding import encode_column, fit_problem, record_info

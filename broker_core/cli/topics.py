@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from broker_core.broker.stats import topic_stats
 from broker_core.cli import messages, policies
 from broker_core.cli.common import (
     Context,
@@ -19,7 +20,6 @@ from broker_core.cli.common import (
 )
 from broker_core.jobs.check import check_topic
 from broker_core.naming import NamespaceName, TopicName
-from broker_core.stats import topic_stats
 
 _NAMES = "topic names: 'x' (persistent://public/default/x), 'tenant/ns/x', 'persistent://tenant/ns/x'"
 

@@ -17,8 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from broker_core.authentication import check_authentication
-from broker_core.backoff import MultiplierRedeliveryBackoff
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.client.args import (
     check_initial_sequence_id,
     check_positive,
@@ -45,16 +44,17 @@ from broker_core.client.table_view import TableView
 from broker_core.clock import SYSTEM_CLOCK, Clock
 from broker_core.config import BrokerConfig
 from broker_core.crypto import ConsumerCryptoFailureAction, CryptoKeyReader, MessageDecryptor, MessageEncryptor
-from broker_core.cursor import ConsumerType
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported
 from broker_core.hashing import HashingScheme
+from broker_core.log.segment import CompressionType
 from broker_core.message import BytesSchema, Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
-from broker_core.producer_registry import ProducerAccessMode
-from broker_core.routing import MessageRouter, PartitionsRoutingMode, router_for
+from broker_core.producer.registry import ProducerAccessMode
+from broker_core.producer.routing import MessageRouter, PartitionsRoutingMode, router_for
 from broker_core.schema.info import SchemaInfo
-from broker_core.segment import CompressionType
+from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
+from broker_core.subscription.cursor import ConsumerType
 
 _NAME_COUNTER = itertools.count()
 

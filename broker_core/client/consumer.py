@@ -9,7 +9,7 @@ grouping): on its own thread, so a slow dispatch round (a long backlog of small 
 acknowledgments back, and a killed consumer redelivers at most that much acknowledged work.
 
 The dispatch thread sleeps until woken (a commit of this process, or of another one where the root
-can notify: ``broker_core.watch``) or until its next poll, which backs off while nothing changes up
+can notify: ``broker_core.topic.watch``) or until its next poll, which backs off while nothing changes up
 to ``newEntriesCheckMaxDelayMillis``.
 """
 
@@ -24,7 +24,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.args import check_type, check_type_or_none
 from broker_core.client.consumer_base import ConsumerBase
 from broker_core.client.context import HandleOwner
@@ -34,7 +33,6 @@ from broker_core.client.subscription_part import SubscriptionPart
 from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
 from broker_core.clock import SystemClock
 from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
-from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import (
     ConsumerBusy,
     InvalidConfiguration,
@@ -47,7 +45,9 @@ from broker_core.errors import (
 )
 from broker_core.message import Message
 from broker_core.message_id import MessageId
-from broker_core.watch import PollSchedule
+from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
+from broker_core.subscription.cursor import ConsumerType, Cursor
+from broker_core.topic.watch import PollSchedule
 
 _LOG = logging.getLogger(__name__)
 

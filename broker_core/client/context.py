@@ -15,7 +15,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from broker_core.broker import Broker
+    from broker_core.broker.broker import Broker
     from broker_core.clock import Clock
     from broker_core.naming import TopicName
 

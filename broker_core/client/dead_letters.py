@@ -29,7 +29,7 @@ from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 
 if TYPE_CHECKING:
-    from broker_core.broker import Broker
+    from broker_core.broker.broker import Broker
     from broker_core.client.producer import Producer
 
 REAL_TOPIC = "REAL_TOPIC"

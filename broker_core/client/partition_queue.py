@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker_core.client.builder import PendingMessage
-    from broker_core.producer_registry import ProducerRegistry
-    from broker_core.topic_log import TopicLog
+    from broker_core.producer.registry import ProducerRegistry
+    from broker_core.topic.topic_log import TopicLog
 
 
 class PartitionQueue:

@@ -26,7 +26,7 @@ from broker_core.client.producer_connection import ProducerConnection
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, MessageTooBig, ProducerQueueIsFull
 from broker_core.message import Message
 from broker_core.message_id import MessageId
-from broker_core.routing import CustomRouter
+from broker_core.producer.routing import CustomRouter
 
 if TYPE_CHECKING:
     import threading
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from broker_core.crypto import MessageEncryptor
     from broker_core.message import Schema
-    from broker_core.routing import MessageRouter
+    from broker_core.producer.routing import MessageRouter
 
 
 class ProducerQueueing(ProducerConnection):

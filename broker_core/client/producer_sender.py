@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     import threading
 
     from broker_core.jobs.backlog import BacklogQuotaGuard
+    from broker_core.log.segment import CompressionType
     from broker_core.naming import TopicName
-    from broker_core.segment import CompressionType
 
 
 class ProducerSender(ProducerQueueing):

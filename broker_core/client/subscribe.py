@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.args import check_positive, check_str_map, check_type, check_type_or_none
 from broker_core.client.consumer import Consumer
 from broker_core.client.dead_letters import DeadLetters, LetterClient, retry_topic_name
@@ -33,13 +32,14 @@ from broker_core.client.policies import (
     SubscriptionMode,
 )
 from broker_core.client.subscription_part import MemoryCursorStore, Store, SubscriptionPart
-from broker_core.compacted_view import CompactedTopic
 from broker_core.crypto import MessageDecryptor
-from broker_core.cursor import ConsumerType, Cursor
-from broker_core.cursor_store import validate_subscription_name
 from broker_core.errors import InvalidConfiguration, OperationNotSupported
 from broker_core.message import BytesSchema, Message, Schema, messages_from_rows
 from broker_core.naming import NamespaceName, TopicName
+from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
+from broker_core.subscription.cursor import ConsumerType, Cursor
+from broker_core.subscription.cursor_store import validate_subscription_name
+from broker_core.topic.compacted_view import CompactedTopic
 
 _PATTERN_PREFIX = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/")
 

@@ -31,7 +31,7 @@ from broker_core.errors import AlreadyClosed, PulsarException
 from broker_core.message import Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
-from broker_core.watch import PollSchedule
+from broker_core.topic.watch import PollSchedule
 
 
 class ViewClient(HandleOwner, Protocol):
@@ -57,7 +57,7 @@ class TableView:
         self._subscription = subscription_name
         self._schema = schema
         self._poll_s = poll_interval_ms / 1000
-        # between background polls: backs off while nothing arrives (``broker_core.watch``)
+        # between background polls: backs off while nothing arrives (``broker_core.topic.watch``)
         self._schedule = PollSchedule(self._poll_s, client._broker.config.new_entries_check_max_delay_millis / 1000)
         self._data: dict[str, bytes] = {}
         self._chunks: dict[str, list[bytes]] = {}  # chunks of a message not read whole yet, by uuid

@@ -13,18 +13,18 @@ import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from broker_core.cursor import ConsumerType
 from broker_core.errors import ConsumerBusy
-from broker_core.failover import FailoverConsumer, active_consumer
-from broker_core.key_shared import (
+from broker_core.message import Message
+from broker_core.non_persistent.receiver import Receiver
+from broker_core.subscription.cursor import ConsumerType
+from broker_core.subscription.failover import FailoverConsumer, active_consumer
+from broker_core.subscription.key_shared import (
     DEFAULT_RANGE_SIZE,
     KeySharedConsumer,
     KeySharedMode,
     KeySharedSelector,
     selector_for,
 )
-from broker_core.message import Message
-from broker_core.non_persistent.receiver import Receiver
 
 if TYPE_CHECKING:
     from broker_core.naming import TopicName

@@ -1,4 +1,8 @@
-"""Typed topics: schemas shaped like ``pulsar.schema``, the per-topic registry and compatibility rules."""
+"""Typed topics: schemas shaped like ``pulsar.schema``, the per-topic registry and compatibility rules.
+
+May import: the base modules, ``storage``, ``log`` and ``topic`` (a topic's schema policies).
+Never ``producer``, ``subscription`` or anything above them.
+"""
 
 from broker_core.schema.avro import AvroSchema
 from broker_core.schema.base import Schema

@@ -33,8 +33,8 @@ from broker_core.message import Message, Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.non_persistent import ProducerToken
-from broker_core.producer_registry import ProducerAccessMode
-from broker_core.routing import CustomRouter, MessageRouter, PartitionsRoutingMode, router_for
+from broker_core.producer.registry import ProducerAccessMode
+from broker_core.producer.routing import CustomRouter, MessageRouter, PartitionsRoutingMode, router_for
 
 _LOG = logging.getLogger(__name__)
 _NAME_COUNTER = itertools.count()

@@ -11,16 +11,16 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.context import HandleOwner
 from broker_core.client.non_persistent.consumer import NonPersistentConsumer
 from broker_core.client.non_persistent.handles import registry_of
 from broker_core.client.non_persistent.refusals import unsupported
 from broker_core.client.policies import ConsumerBatchReceivePolicy, ConsumerDeadLetterPolicy, RegexSubscriptionMode
-from broker_core.cursor import ConsumerType
 from broker_core.errors import InvalidConfiguration
 from broker_core.message import Schema
 from broker_core.naming import NamespaceName, TopicName
+from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
+from broker_core.subscription.cursor import ConsumerType
 
 
 def is_non_persistent_subscription(topics: list[TopicName], pattern: re.Pattern[str] | None) -> bool:

@@ -14,21 +14,21 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from broker_core.broker.handles import existing_topic_log, forget_topic
+from broker_core.broker.root import OpenedRoot, resolve_root
+from broker_core.broker.tenancy import DEFAULT_NAMESPACE, DEFAULT_TENANT, Tenancy, as_topic_name, topic_dir
 from broker_core.config import BrokerConfig
-from broker_core.cursor import Cursor
-from broker_core.cursor_store import CursorStore, list_subscriptions, validate_subscription_name
 from broker_core.errors import (
     NotAllowedError,
     SubscriptionNotFound,
     TopicNotFound,
 )
-from broker_core.handles import existing_topic_log, forget_topic
 from broker_core.naming import NamespaceName, TopicName, validate_tenant
-from broker_core.producer_registry import ProducerRegistry
-from broker_core.root import OpenedRoot, resolve_root
+from broker_core.producer.registry import ProducerRegistry
 from broker_core.schema.registry import SchemaRegistry
-from broker_core.tenancy import DEFAULT_NAMESPACE, DEFAULT_TENANT, Tenancy, as_topic_name, topic_dir
-from broker_core.topic_log import TopicLog
+from broker_core.subscription.cursor import Cursor
+from broker_core.subscription.cursor_store import CursorStore, list_subscriptions, validate_subscription_name
+from broker_core.topic.topic_log import TopicLog
 
 
 class Admin(Tenancy):

@@ -31,10 +31,10 @@ from broker_core.errors import (
     TenantNotFound,
     TopicNotFound,
 )
+from broker_core.log.state_store import VersionedState
 from broker_core.naming import NamespaceName, TopicDomain, TopicName, validate_tenant
-from broker_core.state_store import VersionedState
 from broker_core.storage import FileIO
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 _LOG = logging.getLogger(__name__)
 

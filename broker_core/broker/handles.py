@@ -14,8 +14,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from broker_core.cursor_store import CursorStore
-from broker_core.topic_log import TopicLog
+from broker_core.subscription.cursor_store import CursorStore
+from broker_core.topic.topic_log import TopicLog
 
 _REGISTRY_LOCK = threading.Lock()
 _TOPIC_LOGS: dict[tuple[str, str], TopicLog] = {}

@@ -14,21 +14,21 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from broker_core.admin import Admin, shared_admin
+from broker_core.broker.admin import Admin, shared_admin
+from broker_core.broker.handles import shared_cursor_store, shared_topic_log
+from broker_core.broker.root import resolve_root
+from broker_core.broker.tenancy import topic_dir
 from broker_core.config import BrokerConfig
-from broker_core.cursor import ConsumerType, Cursor, new_cursor
-from broker_core.cursor_store import CursorStore
 from broker_core.errors import InvalidConfiguration, NotAllowedError
-from broker_core.handles import shared_cursor_store, shared_topic_log
 from broker_core.log.checkpoint import LOG_DIR
 from broker_core.naming import TopicName
-from broker_core.policies import PolicyStore
-from broker_core.root import resolve_root
 from broker_core.schema.attach import SchemaRegistries
 from broker_core.storage import FileIO, LocalFileIO
-from broker_core.tenancy import topic_dir
-from broker_core.topic_log import TopicLog
-from broker_core.watch import ChangeNotifier, PollingNotifier, Unwatch, local_notifier
+from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
+from broker_core.subscription.cursor_store import CursorStore
+from broker_core.topic.policies import PolicyStore
+from broker_core.topic.topic_log import TopicLog
+from broker_core.topic.watch import ChangeNotifier, PollingNotifier, Unwatch, local_notifier
 
 _PATTERN_PREFIX = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/")
 _REGISTRY_LOCK = threading.Lock()

@@ -13,9 +13,9 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from broker_core.broker.root_check import open_root
 from broker_core.config import BrokerConfig, load_broker_config
 from broker_core.errors import InvalidConfiguration
-from broker_core.root_check import open_root
 from broker_core.storage import FileIO, file_io_for
 
 BROKER_CONF_PATH = "_pubsub/broker.toml"
