@@ -46,6 +46,7 @@ from broker_core.log.segment import SEGMENT_SCHEMA, TIMESTAMP
 from broker_core.naming import TopicName
 from broker_core.topic.compacted_view import VIEW_SCHEMA, encode_view, new_view_file
 from broker_core.topic.topic_log import TopicLog
+from spark_pubsub.compaction_fallback import compact_planned_in_tasks, default_parallelism
 from spark_pubsub.native_plan import plan_topic_read
 from spark_pubsub.native_scan import functions_for, positioned_segments, root_uri, spark_can_open, spark_url
 
@@ -56,14 +57,6 @@ log = logging.getLogger(__name__)
 
 _TIME_COLUMNS = ("publish_time", "event_time", "deliver_at")
 _WRITTEN_SCHEMA = "topic_path string, file string, rows long, write_s double"
-
-
-def default_parallelism(spark: SparkSession) -> int:
-    """Tasks to use when the caller names none: the cores of a classic session, else the session's
-    shuffle partitions (a Spark Connect client has no ``SparkContext`` to ask)."""
-    if not type(spark).__module__.startswith("pyspark.sql.connect"):
-        return int(spark.sparkContext.defaultParallelism)
-    return max(1, int(spark.conf.get("spark.sql.shuffle.partitions") or 2))
 
 
 def _input_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]]) -> DataFrame:
@@ -183,8 +176,6 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
     phase("planning")
     read = {p.topic_path: sum(t.hi - t.lo for t in compaction_tasks(p) if t.kind == "segment") for _, p in plans}
     if plans and not native:
-        from spark_pubsub.jobs import compact_planned_in_tasks
-
         results += compact_planned_in_tasks(spark, root, plans, read, retain_null_key=retain_null_key,
                                             parallelism=parallelism, dry_run=dry_run, started_s=started,
                                             storage_options=storage_options)

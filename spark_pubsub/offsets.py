@@ -23,6 +23,7 @@ from spark_pubsub.offset_specs import parse_offsets_spec, parse_starting_offsets
 from spark_pubsub.options import SourceOptions
 from spark_pubsub.scan_partition import ScanPartition
 from spark_pubsub.topic_resolver import TopicResolver
+from spark_pubsub.typed_values import TypedRead, resolve_read
 
 _TYPES = {"Exclusive": ConsumerType.Exclusive, "Failover": ConsumerType.Failover, "Shared": ConsumerType.Shared,
           "Key_Shared": ConsumerType.KeyShared}
@@ -381,4 +382,14 @@ def _split_ranges(ranges: list[tuple[int, int]], limit: int | None) -> list[list
     return [p for p in pieces if p]
 
 
-__all__ = ["PartitionPlanner", "parse_offsets_spec", "parse_starting_offsets"]
+def read_plan(options: Any) -> TypedRead | None:
+    """The typed read of a source's options (driver side; resolves the topics like the planner)."""
+    if options.value_format == "binary":
+        return None
+    planner = PartitionPlanner(options)
+    return resolve_read(options.value_format, options.root, [t for t, _, _ in planner.internal_topics()],
+                        storage_options=options.storage_options)
+
+
+
+__all__ = ["PartitionPlanner", "parse_offsets_spec", "parse_starting_offsets", "read_plan"]

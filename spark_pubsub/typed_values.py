@@ -82,17 +82,6 @@ class TypedRead:
         return pa.RecordBatch.from_arrays(columns, schema=batch.schema.set(at, value_field))
 
 
-def read_plan(options: Any) -> TypedRead | None:
-    """The typed read of a source's options (driver side; resolves the topics like the planner)."""
-    from spark_pubsub.offsets import PartitionPlanner
-
-    if options.value_format == "binary":
-        return None
-    planner = PartitionPlanner(options)
-    return resolve_read(options.value_format, options.root, [t for t, _, _ in planner.internal_topics()],
-                        storage_options=options.storage_options)
-
-
 def resolve_read(value_format: str, root: str, topics: list[TopicName], *,
                  storage_options: Mapping[str, str] | None = None) -> TypedRead | None:
     """The typed read of ``topics`` (None: read binary), or an error naming the topic that differs."""
@@ -218,6 +207,6 @@ def _scalar_info(arrow: pa.DataType, problem: str | None) -> SchemaInfo:
                          "give a struct, a number, or binary/string", column="value")
 
 
-__all__ = ["TypedRead", "TypedWrite", "binary_value_schema", "is_typed_value", "plan_write", "read_plan",
+__all__ = ["TypedRead", "TypedWrite", "binary_value_schema", "is_typed_value", "plan_write",
            "resolve_read",
            "source_schema_with"]

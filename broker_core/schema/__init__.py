@@ -7,8 +7,8 @@ Never ``producer``, ``subscription`` or anything above them.
 from broker_core.schema.avro import AvroSchema
 from broker_core.schema.base import Schema
 from broker_core.schema.compatibility import SchemaCompatibilityStrategy
+from broker_core.schema.containers import Array, Map
 from broker_core.schema.fields import (
-    Array,
     Boolean,
     Bytes,
     CustomEnum,
@@ -17,7 +17,6 @@ from broker_core.schema.fields import (
     Float,
     Integer,
     Long,
-    Map,
     Null,
     String,
 )
