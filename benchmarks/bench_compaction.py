@@ -45,13 +45,13 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from broker_core.broker import Broker  # noqa: E402
-from broker_core.bulk import to_segment_rows  # noqa: E402
+from broker_core.broker.broker import Broker  # noqa: E402
 from broker_core.client.client import Client  # noqa: E402
-from broker_core.compacted_view import COMPACTED_DIR, decode_view, view_store  # noqa: E402
-from broker_core.compaction import compact_topic  # noqa: E402
+from broker_core.jobs.compaction import compact_topic  # noqa: E402
 from broker_core.message_id import MessageId  # noqa: E402
 from broker_core.naming import TopicName  # noqa: E402
+from broker_core.producer.bulk import to_segment_rows  # noqa: E402
+from broker_core.topic.compacted_view import COMPACTED_DIR, decode_view, view_store  # noqa: E402
 
 TOPIC = "bench-compaction"
 

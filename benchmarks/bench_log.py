@@ -51,14 +51,14 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from broker_core.admin import topic_dir  # noqa: E402
-from broker_core.bulk import to_segment_rows  # noqa: E402
+from broker_core.broker.tenancy import topic_dir  # noqa: E402
 from broker_core.client.client import Client  # noqa: E402
+from broker_core.log.segment import SEGMENT_SCHEMA  # noqa: E402
 from broker_core.message_id import MessageId  # noqa: E402
 from broker_core.naming import TopicName  # noqa: E402
-from broker_core.segment import SEGMENT_SCHEMA  # noqa: E402
+from broker_core.producer.bulk import to_segment_rows  # noqa: E402
 from broker_core.storage import LocalFileIO  # noqa: E402
-from broker_core.topic_log import TopicLog  # noqa: E402
+from broker_core.topic.topic_log import TopicLog  # noqa: E402
 
 VALUE_BYTES = 100
 DISTINCT_KEYS = 10_000
@@ -391,9 +391,9 @@ def bench_bulk_read(root: str, n: int, where: dict[str, str], repeats: int, repo
     def profile_reader() -> Callable[[], object]:
         client = Client(root)
         # a fresh handle so the segment is decoded from the file, not served from this process's cache
-        from broker_core import broker as broker_module
+        from broker_core.broker.handles import forget_topic
 
-        broker_module._TOPIC_LOGS.pop((client._broker.io.root_uri, tpath(where["client_topic"])), None)
+        forget_topic(client._broker.io.root_uri, tpath(where["client_topic"]))
         return lambda: client.create_reader(where["client_topic"], MessageId.earliest).read_batch(n)
 
     def profile_topic_log() -> Callable[[], object]:

@@ -30,13 +30,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.config import BrokerConfig
 from broker_core.jobs import merge_segments, vacuum
+from broker_core.log.segment import SEGMENT_SCHEMA, TIMESTAMP
 from broker_core.naming import TopicName
-from broker_core.segment import SEGMENT_SCHEMA, TIMESTAMP
 from broker_core.storage import LocalFileIO
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 TOPIC = "persistent://public/default/bench-merge"
 

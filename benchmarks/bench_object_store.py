@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 
 from broker_core.client.client import Client  # noqa: E402
 from broker_core.storage import file_io_for  # noqa: E402
-from broker_core.topic_log import TopicLog  # noqa: E402
+from broker_core.topic.topic_log import TopicLog  # noqa: E402
 
 GOALS_MS = {"standard": (400, 800), "express": (150, 300)}
 THROUGHPUT_GOAL = {"standard": 20_000}

@@ -36,14 +36,14 @@ if str(_REPO) not in sys.path:  # run as a script from a checkout without instal
 
 import pyarrow as pa  # noqa: E402
 
-from broker_core.broker import Broker  # noqa: E402
-from broker_core.bulk import to_segment_rows  # noqa: E402
+from broker_core.broker.broker import Broker  # noqa: E402
 from broker_core.config import BrokerConfig  # noqa: E402
-from broker_core.cursor import ConsumerType, Cursor, new_cursor  # noqa: E402
 from broker_core.jobs import checkpoint, cleanup_logs, run_retention, vacuum  # noqa: E402
+from broker_core.log.segment import encode_segment  # noqa: E402
 from broker_core.naming import TopicName  # noqa: E402
-from broker_core.segment import encode_segment  # noqa: E402
-from broker_core.topic_log import StagedSegment, TopicLog  # noqa: E402
+from broker_core.producer.bulk import to_segment_rows  # noqa: E402
+from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor  # noqa: E402
+from broker_core.topic.topic_log import StagedSegment, TopicLog  # noqa: E402
 
 TOPIC = "persistent://public/default/bench"
 DAY_MS = 86_400_000

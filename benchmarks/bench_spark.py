@@ -59,12 +59,12 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from broker_core import Client  # noqa: E402
-from broker_core.broker import Broker  # noqa: E402
+from broker_core.broker.broker import Broker  # noqa: E402
 from broker_core.naming import TopicName  # noqa: E402
 
 CHUNK = 250_000
 TOPIC = "bench"
-FLOOR_BATCH_ROWS = 65_536  # the pubsub source's own batch size (broker_core.scan)
+FLOOR_BATCH_ROWS = 65_536  # the pubsub source's own batch size (broker_core.topic.scan)
 
 
 def floor_source() -> type:

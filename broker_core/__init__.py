@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from broker_core import schema  # ``broker_core.schema`` as ``pulsar.schema``
-from broker_core.admin import Admin
 from broker_core.authentication import (
     Authentication,
     AuthenticationAthenz,
@@ -16,7 +15,7 @@ from broker_core.authentication import (
     AuthenticationTLS,
     AuthenticationToken,
 )
-from broker_core.backoff import MultiplierRedeliveryBackoff
+from broker_core.broker.admin import Admin
 from broker_core.client import BatchingType, Client, Producer, Reader
 from broker_core.client.consumer import Consumer
 from broker_core.client.loggers import ConsoleLogger, FileLogger, LoggerLevel
@@ -31,7 +30,6 @@ from broker_core.client.policies import (
 from broker_core.client.table_view import TableView
 from broker_core.config import BrokerConfig, load_broker_config
 from broker_core.crypto import ConsumerCryptoFailureAction, CryptoKeyReader, EncryptionContext, EncryptionKey
-from broker_core.cursor import ConsumerType
 from broker_core.errors import (
     AlreadyClosed,
     AlreadyExists,
@@ -98,13 +96,15 @@ from broker_core.errors import (
     result_for,
 )
 from broker_core.hashing import HashingScheme
-from broker_core.key_shared import KeySharedMode
+from broker_core.log.segment import CompressionType
 from broker_core.message import BytesSchema, Message, Schema, StringSchema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
-from broker_core.producer_registry import ProducerAccessMode
-from broker_core.routing import PartitionsRoutingMode
-from broker_core.segment import CompressionType
+from broker_core.producer.registry import ProducerAccessMode
+from broker_core.producer.routing import PartitionsRoutingMode
+from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
+from broker_core.subscription.cursor import ConsumerType
+from broker_core.subscription.key_shared import KeySharedMode
 
 __all__ = [
     "Admin",

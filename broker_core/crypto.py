@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core.errors import CryptoError, InvalidConfiguration
-from broker_core.segment import CompressionType
+from broker_core.log.segment import CompressionType
 
 ENCRYPTION_PROPERTY = "pubsub.encryption"  # the reserved message property holding the metadata
 ALGORITHM = "AES-256-GCM"

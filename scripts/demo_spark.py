@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import spark_pubsub
     from broker_core import AlreadyExists
-    from broker_core.admin import Admin
+    from broker_core.broker.admin import Admin
 
     topic = "persistent://public/default/clicks"
     with contextlib.suppress(AlreadyExists):

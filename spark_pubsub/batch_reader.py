@@ -7,10 +7,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from broker_core.errors import InvalidConfiguration
-from spark_pubsub.offsets import PartitionPlanner, parse_offsets_spec, parse_starting_offsets
+from spark_pubsub.offsets import PartitionPlanner, parse_offsets_spec, parse_starting_offsets, read_plan
 from spark_pubsub.options import SourceOptions
 from spark_pubsub.scan_partition import ScanPartition, read_scan_partition, with_typed
-from spark_pubsub.typed_values import read_plan
 from spark_pubsub.worker_import import WorkerImportable
 
 

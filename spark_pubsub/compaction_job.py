@@ -30,9 +30,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.broker import Broker
-from broker_core.compacted_view import VIEW_SCHEMA, encode_view, new_view_file
-from broker_core.compaction import (
+from broker_core.broker.broker import Broker
+from broker_core.jobs.compaction import (
     CompactionPlan,
     CompactionResult,
     CompactionSummary,
@@ -43,9 +42,11 @@ from broker_core.compaction import (
     plan_compaction,
     up_to_date,
 )
+from broker_core.log.segment import SEGMENT_SCHEMA, TIMESTAMP
 from broker_core.naming import TopicName
-from broker_core.segment import SEGMENT_SCHEMA, TIMESTAMP
-from broker_core.topic_log import TopicLog
+from broker_core.topic.compacted_view import VIEW_SCHEMA, encode_view, new_view_file
+from broker_core.topic.topic_log import TopicLog
+from spark_pubsub.compaction_fallback import compact_planned_in_tasks, default_parallelism
 from spark_pubsub.native_plan import plan_topic_read
 from spark_pubsub.native_scan import functions_for, positioned_segments, root_uri, spark_can_open, spark_url
 
@@ -56,14 +57,6 @@ log = logging.getLogger(__name__)
 
 _TIME_COLUMNS = ("publish_time", "event_time", "deliver_at")
 _WRITTEN_SCHEMA = "topic_path string, file string, rows long, write_s double"
-
-
-def default_parallelism(spark: SparkSession) -> int:
-    """Tasks to use when the caller names none: the cores of a classic session, else the session's
-    shuffle partitions (a Spark Connect client has no ``SparkContext`` to ask)."""
-    if not type(spark).__module__.startswith("pyspark.sql.connect"):
-        return int(spark.sparkContext.defaultParallelism)
-    return max(1, int(spark.conf.get("spark.sql.shuffle.partitions") or 2))
 
 
 def _input_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]]) -> DataFrame:
@@ -88,7 +81,7 @@ def _input_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, Comp
 
 
 def latest_per_key_native(spark: SparkSession, rows: DataFrame, *, retain_null_key: bool = False) -> DataFrame:
-    """``broker_core.compaction.latest_per_key`` in Spark: the rows of each key's newest message."""
+    """``broker_core.jobs.compaction.latest_per_key`` in Spark: the rows of each key's newest message."""
     F = functions_for(spark)
     rest = F.coalesce(F.col("num_chunks"), F.lit(1)) - 1 - F.coalesce(F.col("chunk_id"), F.lit(0))
     rows = rows.withColumn("msg_end", F.col("offset") + F.greatest(rest, F.lit(0)).cast("long"))
@@ -145,7 +138,7 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
                        spark_root: str | None = None, timings: dict[str, float] | None = None,
                        progress: Callable[[str], None] | None = None,
                        storage_options: Mapping[str, str] | None = None) -> CompactionSummary:
-    """``broker_core.compaction.compact_topic`` on Spark (see the module docstring).
+    """``broker_core.jobs.compaction.compact_topic`` on Spark (see the module docstring).
 
     ``timings``, when given, receives seconds per phase (``planning``, ``spark`` for the scan,
     reduction and writes, ``write`` summed over tasks, ``commit``); ``progress`` is told of each
@@ -183,8 +176,6 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
     phase("planning")
     read = {p.topic_path: sum(t.hi - t.lo for t in compaction_tasks(p) if t.kind == "segment") for _, p in plans}
     if plans and not native:
-        from spark_pubsub.jobs import compact_planned_in_tasks
-
         results += compact_planned_in_tasks(spark, root, plans, read, retain_null_key=retain_null_key,
                                             parallelism=parallelism, dry_run=dry_run, started_s=started,
                                             storage_options=storage_options)

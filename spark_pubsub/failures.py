@@ -14,10 +14,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.client.dead_letters import DEFAULT_MAX_RECONSUME_TIMES
+from broker_core.client.retry_letters import RetryOutcome, retry_or_dead_letter
 from broker_core.errors import InvalidConfiguration
-from broker_core.retry_letters import RetryOutcome, retry_or_dead_letter
 
 
 def _failed_table(df: Any) -> pa.Table:

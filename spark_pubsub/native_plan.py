@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from broker_core.compacted_view import CompactedTopic
 from broker_core.errors import DataLoss
 from broker_core.log.segment_ref import SegmentRef
 from broker_core.log.snapshot import Snapshot
-from broker_core.topic_log import TopicLog
+from broker_core.topic.compacted_view import CompactedTopic
+from broker_core.topic.topic_log import TopicLog
 
 ID_TABLE_SCHEMA = pa.schema([
     pa.field("file_name", pa.string(), nullable=False),
@@ -74,7 +74,7 @@ def plan_topic_read(log: TopicLog, *, topic: str, partition: int, start: int, en
                     read_compacted: bool, fail_on_data_loss: bool, snapshot: Snapshot | None = None) -> TopicRead:
     """The files and row ranges holding offsets ``[start, end)`` of ``log`` in one snapshot.
 
-    The same rules as the Data Source path's ``broker_core.scan.scan``: below the compacted view's
+    The same rules as the Data Source path's ``broker_core.topic.scan.scan``: below the compacted view's
     horizon the view serves the range; a start below the log's first offset is data loss.
 
     Raises:

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from broker_core.errors import InvalidConfiguration
 from spark_pubsub.batch_reader import bounded_range
 from spark_pubsub.native_plan import TopicRead, id_table, plan_topic_read
+from spark_pubsub.offsets import read_plan
 from spark_pubsub.options import SourceOptions, parse_options
 from spark_pubsub.schema import CREATE_TIME, SOURCE_SCHEMA, user_topic
-from spark_pubsub.typed_values import read_plan
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -12,17 +12,18 @@ from collections.abc import Callable
 from typing import Any
 
 from broker_core.client.subscription_part import SubscriptionPart
-from broker_core.compacted_view import CompactedTopic
-from broker_core.cursor import ConsumerType, Cursor
 from broker_core.errors import InvalidConfiguration
 from broker_core.message import BytesSchema
 from broker_core.naming import TopicName
-from broker_core.ranges import RangeSet
-from broker_core.scan import ScanTask, split_slots
+from broker_core.subscription.cursor import ConsumerType, Cursor
+from broker_core.subscription.ranges import RangeSet
+from broker_core.topic.compacted_view import CompactedTopic
+from broker_core.topic.scan import ScanTask, split_slots
 from spark_pubsub.offset_specs import parse_offsets_spec, parse_starting_offsets
 from spark_pubsub.options import SourceOptions
 from spark_pubsub.scan_partition import ScanPartition
 from spark_pubsub.topic_resolver import TopicResolver
+from spark_pubsub.typed_values import TypedRead, resolve_read
 
 _TYPES = {"Exclusive": ConsumerType.Exclusive, "Failover": ConsumerType.Failover, "Shared": ConsumerType.Shared,
           "Key_Shared": ConsumerType.KeyShared}
@@ -381,4 +382,14 @@ def _split_ranges(ranges: list[tuple[int, int]], limit: int | None) -> list[list
     return [p for p in pieces if p]
 
 
-__all__ = ["PartitionPlanner", "parse_offsets_spec", "parse_starting_offsets"]
+def read_plan(options: Any) -> TypedRead | None:
+    """The typed read of a source's options (driver side; resolves the topics like the planner)."""
+    if options.value_format == "binary":
+        return None
+    planner = PartitionPlanner(options)
+    return resolve_read(options.value_format, options.root, [t for t, _, _ in planner.internal_topics()],
+                        storage_options=options.storage_options)
+
+
+
+__all__ = ["PartitionPlanner", "parse_offsets_spec", "parse_starting_offsets", "read_plan"]

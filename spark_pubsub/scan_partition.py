@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from broker_core.scan import ScanTask, scan
+from broker_core.topic.scan import ScanTask, scan
 from spark_pubsub.schema import to_source_batch
 from spark_pubsub.typed_values import TypedRead
 

@@ -6,7 +6,7 @@ segment rows, route them to partitions, and *stage* one segment per internal top
 visible).  Driver (``commit``): make the staged segments visible, one commit per internal topic.
 
 Streaming writes are exactly-once: micro-batch ``batchId`` is committed as the idempotent write
-``(pubsub.sink.<sinkId>, batchId)`` (``broker_core.bulk.commit_staged_once``), so a batch that Spark
+``(pubsub.sink.<sinkId>, batchId)`` (``broker_core.producer.bulk.commit_staged_once``), so a batch that Spark
 replays after a failure, or whose commit it calls twice, lands once even if it spans several
 partitions or topics.  The default sink id is derived from the checkpoint (its absolute path and
 the query id recorded in it), so one checkpoint is one sink.
@@ -27,14 +27,14 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from broker_core.broker import Broker
-from broker_core.bulk import commit_staged_once, discard_staged, recorded_staged, route_rows, to_segment_rows
+from broker_core.broker.broker import Broker
 from broker_core.errors import InvalidConfiguration, InvalidMessage, NotAllowedError, PulsarException
 from broker_core.hashing import HashingScheme
+from broker_core.log.segment import CompressionType
 from broker_core.naming import TopicName
-from broker_core.routing import SinglePartitionRouter
-from broker_core.segment import CompressionType
-from broker_core.topic_log import StagedSegment, TopicLog
+from broker_core.producer.bulk import commit_staged_once, discard_staged, recorded_staged, route_rows, to_segment_rows
+from broker_core.producer.routing import SinglePartitionRouter
+from broker_core.topic.topic_log import StagedSegment, TopicLog
 from spark_pubsub.options import SinkOptions
 from spark_pubsub.sink_columns import SinkColumns, sequence_base
 from spark_pubsub.sink_identity import default_sink_id

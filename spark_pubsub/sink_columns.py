@@ -33,7 +33,7 @@ from broker_core.errors import InvalidMessage
 
 @dataclass(frozen=True, slots=True)
 class _Column:
-    core: str | None  # the broker_core.bulk column it becomes (None: handled by the sink itself)
+    core: str | None  # the broker_core.producer.bulk column it becomes (None: handled by the sink itself)
     types: tuple[type[DataType], ...]
     what: str  # the accepted types, for error messages
     fix: str  # how to get a column of the right type
@@ -125,7 +125,7 @@ class SinkColumns:
     def to_bulk(
         self, table: pa.Table, *, now_ms: int, default_producer: str | None, first_sequence_id: int | None = None
     ) -> pa.Table:
-        """Rename and convert a record batch's columns to ``broker_core.bulk.INPUT_COLUMNS``.
+        """Rename and convert a record batch's columns to ``broker_core.producer.bulk.INPUT_COLUMNS``.
 
         Without a ``sequenceId`` column the rows get ``first_sequence_id``, ``+1``, ... (the sink's
         numbering, ``sequence_base``), so every message the sink writes has a sequence id.

@@ -30,7 +30,7 @@ class PubSubDataSource(DataSource, metaclass=WorkerImportable):
     def schema(self) -> StructType:
         # Spark asks for the schema when load() is called on the driver: validating the options here
         # reports a bad one there, not in a worker traceback when the query first runs
-        from spark_pubsub.typed_values import read_plan
+        from spark_pubsub.offsets import read_plan
 
         options = parse_options(SourceOptions, self.options)
         typed = read_plan(options)  # a typed topic: docs/SPARK.md

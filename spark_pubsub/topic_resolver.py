@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from broker_core.broker import Broker
-from broker_core.compacted_view import CompactedTopic
+from broker_core.broker.broker import Broker
 from broker_core.errors import DataLoss, InvalidConfiguration, InvalidTopicName, OperationNotSupported, TopicNotFound
 from broker_core.naming import TopicName
+from broker_core.topic.compacted_view import CompactedTopic
 from spark_pubsub.options import SourceOptions
 
 _DISCOVERY_S = 1.0

@@ -26,7 +26,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.errors import IncompatibleSchema, InvalidConfiguration, InvalidMessage
 from broker_core.naming import TopicName
 from broker_core.schema.column_encoding import encode_column, fit_problem, record_info
@@ -80,17 +80,6 @@ class TypedRead:
                    else batch.column(i) for i in range(batch.num_columns)]
         # the batch may carry more columns than the base schema (headers, on request)
         return pa.RecordBatch.from_arrays(columns, schema=batch.schema.set(at, value_field))
-
-
-def read_plan(options: Any) -> TypedRead | None:
-    """The typed read of a source's options (driver side; resolves the topics like the planner)."""
-    from spark_pubsub.offsets import PartitionPlanner
-
-    if options.value_format == "binary":
-        return None
-    planner = PartitionPlanner(options)
-    return resolve_read(options.value_format, options.root, [t for t, _, _ in planner.internal_topics()],
-                        storage_options=options.storage_options)
 
 
 def resolve_read(value_format: str, root: str, topics: list[TopicName], *,
@@ -218,6 +207,6 @@ def _scalar_info(arrow: pa.DataType, problem: str | None) -> SchemaInfo:
                          "give a struct, a number, or binary/string", column="value")
 
 
-__all__ = ["TypedRead", "TypedWrite", "binary_value_schema", "is_typed_value", "plan_write", "read_plan",
+__all__ = ["TypedRead", "TypedWrite", "binary_value_schema", "is_typed_value", "plan_write",
            "resolve_read",
            "source_schema_with"]

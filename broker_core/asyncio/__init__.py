@@ -13,6 +13,8 @@
 It is the synchronous client underneath (``broker_core/asyncio/client.py`` says how the work is
 kept off the event loop).  Errors are the synchronous client's: ``PulsarException`` here is the
 project's error root, whose ``error()`` gives the ``Result`` code as ``pulsar.asyncio``'s does.
+
+May import: ``client`` and what it may import.  Never the CLI.
 """
 
 from __future__ import annotations

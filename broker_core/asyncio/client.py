@@ -30,10 +30,10 @@ from broker_core.client.policies import (
     InitialPosition,
     RegexSubscriptionMode,
 )
-from broker_core.cursor import ConsumerType
 from broker_core.errors import InvalidConfiguration
 from broker_core.message import Schema
 from broker_core.message_id import MessageId
+from broker_core.subscription.cursor import ConsumerType
 
 T = TypeVar("T")
 

@@ -1,4 +1,7 @@
-"""The ``pubsub`` command line (``pubsub --help``); ``main(argv)`` returns the exit status."""
+"""The ``pubsub`` command line (``pubsub --help``); ``main(argv)`` returns the exit status.
+
+May import: anything in ``broker_core`` except ``asyncio``.  Nothing imports it but ``__main__``.
+"""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.errors import NamespaceNotFound, NotAllowedError, TopicNotFound
 from broker_core.naming import NamespaceName, TopicName
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.cli.common import (
     Context,
     Output,
@@ -30,14 +30,14 @@ from broker_core.cli.common import (
     require_topic,
     time_ms,
 )
-from broker_core.cursor import Cursor
-from broker_core.cursor_store import validate_subscription_name
 from broker_core.errors import InvalidConfiguration, NotAllowedError, SubscriptionNotFound
 from broker_core.jobs.ttl import acknowledge_ranges
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
-from broker_core.ranges import RangeSet
-from broker_core.topic_log import TopicLog
+from broker_core.subscription.cursor import Cursor
+from broker_core.subscription.cursor_store import validate_subscription_name
+from broker_core.subscription.ranges import RangeSet
+from broker_core.topic.topic_log import TopicLog
 
 _READ_ROWS = 4096
 

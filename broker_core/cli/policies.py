@@ -24,7 +24,7 @@ from broker_core.cli.common import require_topic as _require_topic
 from broker_core.errors import InvalidConfiguration, NotAllowedError
 from broker_core.jobs.retention import RetentionLimits
 from broker_core.naming import NamespaceName, TopicName
-from broker_core.policies import POLICY_KEYS, EffectivePolicies, Policies, parse_policies
+from broker_core.topic.policies import POLICY_KEYS, EffectivePolicies, Policies, parse_policies
 
 _KEYS_HELP = "policy keys: " + ", ".join(POLICY_KEYS)
 

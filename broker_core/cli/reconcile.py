@@ -1,7 +1,7 @@
 """The reconcile jobs as commands: retention, ttl, backlog, compact, merge-segments, checkpoint,
 cleanup-logs, vacuum.
 
-Each command calls the library job (``broker_core.jobs``, ``broker_core.compaction``) and prints its
+Each command calls the library job (``broker_core.jobs``, ``broker_core.jobs.compaction``) and prints its
 summary: per internal topic what was (or would be) removed, moved or kept, and why.  Commands that
 destroy, move or rewrite something (retention, ttl, backlog --evict, merge-segments, cleanup-logs,
 vacuum) are dry runs
@@ -32,7 +32,6 @@ from broker_core.cli.common import (
     seconds,
     size_bytes,
 )
-from broker_core.compaction import compact_topic
 from broker_core.errors import InvalidConfiguration
 from broker_core.jobs import (
     MIN_SAFE_AGE_MS,
@@ -45,6 +44,7 @@ from broker_core.jobs import (
     run_ttl,
     vacuum,
 )
+from broker_core.jobs.compaction import compact_topic
 from broker_core.jobs.merge_segments import DEFAULT_MIN_AGE_MS, DEFAULT_MIN_SEGMENTS, DEFAULT_TARGET_BYTES
 from broker_core.jobs.progress import check_age
 from broker_core.naming import TopicName

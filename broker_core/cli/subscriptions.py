@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from broker_core.cli.common import Context, Output, add_command, add_group, persistent_topic, require_topic
-from broker_core.cursor_store import validate_subscription_name
 from broker_core.errors import AlreadyExists
+from broker_core.subscription.cursor_store import validate_subscription_name
 
 
 def register(commands: Any) -> None:

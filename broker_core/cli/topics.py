@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from broker_core.broker.stats import topic_stats
 from broker_core.cli import messages, policies
 from broker_core.cli.chart import bar_chart, can_draw_blocks
 from broker_core.cli.common import (
@@ -21,7 +22,6 @@ from broker_core.cli.common import (
 )
 from broker_core.jobs.check import check_topic
 from broker_core.naming import NamespaceName, TopicName
-from broker_core.stats import topic_stats
 
 _NAMES = "topic names: 'x' (persistent://public/default/x), 'tenant/ns/x', 'persistent://tenant/ns/x'"
 

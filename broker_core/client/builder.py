@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 
 from broker_core.hashing import sticky_key_hash_array
+from broker_core.log.segment import SEGMENT_SCHEMA
 from broker_core.log.segment_ref import normalise_layout
 from broker_core.message_id import MessageId
-from broker_core.segment import SEGMENT_SCHEMA
 
 
 @dataclass(slots=True)

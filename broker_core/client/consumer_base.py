@@ -18,12 +18,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.receive_batch import collect_batch
-from broker_core.cursor import ConsumerType
 from broker_core.errors import AlreadyClosed, CumulativeAcknowledgementNotAllowedError, PulsarException
 from broker_core.message import Message
+from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
+from broker_core.subscription.cursor import ConsumerType
 
 
 class ConsumerBase(abc.ABC):

@@ -18,8 +18,9 @@ import contextlib
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
+from broker_core.client.context import HandleOwner
 from broker_core.client.policies import ConsumerDeadLetterPolicy
 from broker_core.client.subscription_part import SubscriptionPart
 from broker_core.errors import PulsarException
@@ -28,8 +29,7 @@ from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 
 if TYPE_CHECKING:
-    from broker_core.broker import Broker
-    from broker_core.client.client import Client
+    from broker_core.broker.broker import Broker
     from broker_core.client.producer import Producer
 
 REAL_TOPIC = "REAL_TOPIC"
@@ -41,6 +41,13 @@ DELAY_TIME = "DELAY_TIME"
 DEFAULT_MAX_RECONSUME_TIMES = 16  # the Java client's default when retry is on without a policy
 RETRY_SUFFIX = "-RETRY"
 DLQ_SUFFIX = "-DLQ"
+
+
+class LetterClient(HandleOwner, Protocol):
+    """The client as dead letters see it: it also makes the letter topics' producers."""
+
+    def create_producer(self, topic: str) -> Producer:
+        """A producer of ``topic`` (the client's own method)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +119,7 @@ class DeadLetters:
     """The DLQ / retry producers of one consumer (created on first use)."""
 
     def __init__(
-        self, client: Client, policy: ConsumerDeadLetterPolicy | None, subscription: str, *, retry_enabled: bool
+        self, client: LetterClient, policy: ConsumerDeadLetterPolicy | None, subscription: str, *, retry_enabled: bool
     ) -> None:
         self._client = client
         self._policy = policy

@@ -6,7 +6,7 @@ import enum
 
 from broker_core.client.args import check_type, check_type_or_none
 from broker_core.errors import InvalidConfiguration
-from broker_core.key_shared import HASH_RANGE_SIZE, KeySharedMode
+from broker_core.subscription.key_shared import HASH_RANGE_SIZE, KeySharedMode
 
 
 class InitialPosition(enum.IntEnum):

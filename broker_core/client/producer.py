@@ -26,10 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.bulk import PartitionAppend, to_segment_rows
 from broker_core.client.args import check_type
 from broker_core.client.builder import PendingMessage
-from broker_core.client.producer_queue import PartitionQueue
+from broker_core.client.context import HandleOwner
+from broker_core.client.partition_queue import PartitionQueue
 from broker_core.client.producer_sender import ProducerSender
 from broker_core.errors import (
     DirectoryGone,
@@ -43,15 +43,15 @@ from broker_core.errors import (
     result_for,
 )
 from broker_core.jobs.backlog import BacklogQuotaGuard
+from broker_core.log.segment import CompressionType
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
-from broker_core.policies import EffectivePolicies
-from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
-from broker_core.routing import MessageRouter
-from broker_core.segment import CompressionType
+from broker_core.producer.bulk import PartitionAppend, to_segment_rows
+from broker_core.producer.registry import ProducerAccessMode, ProducerRegistry
+from broker_core.producer.routing import MessageRouter
+from broker_core.topic.policies import EffectivePolicies
 
 if TYPE_CHECKING:
-    from broker_core.client.client import Client
     from broker_core.message import Schema
 
 
@@ -67,7 +67,7 @@ class Producer(ProducerSender):
 
     def __init__(
         self,
-        client: Client,
+        client: HandleOwner,
         topic: TopicName,
         partitions: list[TopicName],
         *,
@@ -241,7 +241,7 @@ class Producer(ProducerSender):
     def send_table(self, table: pa.Table) -> list[PartitionAppend]:
         """Bulk path: append a whole Arrow table of messages, one commit (one entry) per partition.
 
-        Columns as in ``broker_core.bulk.INPUT_COLUMNS`` (``value`` required).  Rows without a
+        Columns as in ``broker_core.producer.bulk.INPUT_COLUMNS`` (``value`` required).  Rows without a
         ``sequence_id`` get the producer's next ones; routing follows the producer's mode.  Queued
         messages are flushed first so order is kept.
         """

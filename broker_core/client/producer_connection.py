@@ -18,21 +18,21 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
+from broker_core.client.context import HandleOwner
 from broker_core.errors import DirectoryGone, ProducerBusy, ProducerFenced, PulsarException, TopicDeleted, TopicNotFound
-from broker_core.producer_registry import ProducerAccessMode
+from broker_core.producer.registry import ProducerAccessMode
 
 if TYPE_CHECKING:
-    from broker_core.client.client import Client
-    from broker_core.client.producer_queue import PartitionQueue
+    from broker_core.client.partition_queue import PartitionQueue
     from broker_core.clock import Clock
     from broker_core.naming import TopicName
-    from broker_core.policies import EffectivePolicies, PolicyStore
+    from broker_core.topic.policies import EffectivePolicies, PolicyStore
 
 
 class ProducerConnection:
     """The registration half of a producer; ``Producer.__init__`` sets the attributes below."""
 
-    _client: Client
+    _client: HandleOwner
     _topic: TopicName
     _name: str
     _access_mode: ProducerAccessMode

@@ -17,16 +17,16 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from broker_core.client.args import check_send_arguments
 from broker_core.client.builder import PendingMessage
+from broker_core.client.partition_queue import PartitionQueue
 from broker_core.client.producer_connection import ProducerConnection
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, MessageTooBig, ProducerQueueIsFull
 from broker_core.message import Message
 from broker_core.message_id import MessageId
-from broker_core.routing import CustomRouter
+from broker_core.producer.routing import CustomRouter
 
 if TYPE_CHECKING:
     import threading
@@ -34,33 +34,7 @@ if TYPE_CHECKING:
 
     from broker_core.crypto import MessageEncryptor
     from broker_core.message import Schema
-    from broker_core.producer_registry import ProducerRegistry
-    from broker_core.routing import MessageRouter
-    from broker_core.topic_log import TopicLog
-
-
-class PartitionQueue:
-    """One partition's pending messages and counters; guarded by the producer's lock.
-
-    The registration epoch and the topic's identity live here too: every commit to the partition
-    carries them.
-    """
-
-    __slots__ = (
-        "bytes", "committed", "enqueued", "epoch", "flush_target", "log", "messages", "registry", "taken", "topic_id",
-    )
-
-    def __init__(self, log: TopicLog, registry: ProducerRegistry) -> None:
-        self.log = log
-        self.registry = registry
-        self.messages: deque[PendingMessage] = deque()
-        self.bytes = 0
-        self.enqueued = 0
-        self.taken = 0
-        self.committed = 0
-        self.flush_target = 0
-        self.epoch = 0
-        self.topic_id: str | None = None  # the metaData id of the topic registered on (see ``_register``)
+    from broker_core.producer.routing import MessageRouter
 
 
 class ProducerQueueing(ProducerConnection):

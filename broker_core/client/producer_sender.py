@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from broker_core.client.builder import PendingMessage, plan_entries, rows_for
-from broker_core.client.producer_queue import PartitionQueue, ProducerQueueing
+from broker_core.client.partition_queue import PartitionQueue
+from broker_core.client.producer_queue import ProducerQueueing
 from broker_core.errors import DirectoryGone, PulsarException, TopicDeleted
 from broker_core.message_id import MessageId
 
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
     import threading
 
     from broker_core.jobs.backlog import BacklogQuotaGuard
+    from broker_core.log.segment import CompressionType
     from broker_core.naming import TopicName
-    from broker_core.segment import CompressionType
 
 
 class ProducerSender(ProducerQueueing):

@@ -12,25 +12,23 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from broker_core.client.args import check_type
+from broker_core.client.context import HandleOwner
 from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
-from broker_core.compacted_view import CompactedTopic, ViewSlice
 from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
 from broker_core.errors import AlreadyClosed, CryptoError, InvalidConfiguration, Timeout, TopicDeleted
 from broker_core.log.snapshot import Snapshot
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
-from broker_core.topic_log import TopicLog
-from broker_core.watch import PollSchedule
-
-if TYPE_CHECKING:
-    from broker_core.client.client import Client
+from broker_core.topic.compacted_view import CompactedTopic, ViewSlice
+from broker_core.topic.topic_log import TopicLog
+from broker_core.topic.watch import PollSchedule
 
 
 class _Partition:
@@ -55,7 +53,7 @@ class Reader:
 
     def __init__(
         self,
-        client: Client,
+        client: HandleOwner,
         topic: TopicName,
         partitions: list[TopicName],
         *,
@@ -77,7 +75,7 @@ class Reader:
         self._inclusive = start_message_id_inclusive
         self._queue_size = receiver_queue_size
         self._poll_s = poll_interval_ms / 1000
-        # between polls of a drained reader: backs off while nothing arrives (``broker_core.watch``)
+        # between polls of a drained reader: backs off while nothing arrives (``broker_core.topic.watch``)
         self._schedule = PollSchedule(self._poll_s, client._broker.config.new_entries_check_max_delay_millis / 1000)
         self._parts = [
             _Partition(i if self._partitioned else -1, p, client._broker.topic_log(p),
@@ -289,7 +287,7 @@ class Reader:
                 if remaining <= 0:
                     break
         if not pieces:
-            from broker_core.segment import SEGMENT_SCHEMA
+            from broker_core.log.segment import SEGMENT_SCHEMA
 
             schema = (SEGMENT_SCHEMA.append(pa.field("partition", pa.int32())).append(pa.field("offset", pa.int64()))
                       .append(pa.field("entry_id", pa.int64())).append(pa.field("batch_index", pa.int32())))

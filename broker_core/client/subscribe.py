@@ -10,14 +10,13 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.args import check_positive, check_str_map, check_type, check_type_or_none
 from broker_core.client.consumer import Consumer
-from broker_core.client.dead_letters import DeadLetters, retry_topic_name
+from broker_core.client.dead_letters import DeadLetters, LetterClient, retry_topic_name
 from broker_core.client.non_persistent import (
     check_pattern_mode,
     is_non_persistent_subscription,
@@ -33,16 +32,14 @@ from broker_core.client.policies import (
     SubscriptionMode,
 )
 from broker_core.client.subscription_part import MemoryCursorStore, Store, SubscriptionPart
-from broker_core.compacted_view import CompactedTopic
 from broker_core.crypto import MessageDecryptor
-from broker_core.cursor import ConsumerType, Cursor
-from broker_core.cursor_store import validate_subscription_name
 from broker_core.errors import InvalidConfiguration, OperationNotSupported
 from broker_core.message import BytesSchema, Message, Schema, messages_from_rows
 from broker_core.naming import NamespaceName, TopicName
-
-if TYPE_CHECKING:
-    from broker_core.client.client import Client
+from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
+from broker_core.subscription.cursor import ConsumerType, Cursor
+from broker_core.subscription.cursor_store import validate_subscription_name
+from broker_core.topic.compacted_view import CompactedTopic
 
 _PATTERN_PREFIX = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/")
 
@@ -84,7 +81,7 @@ class _CompactedPart(SubscriptionPart):
 
 
 def _parts_for(
-    client: Client,
+    client: LetterClient,
     topic: TopicName,
     *,
     subscription: str,
@@ -131,7 +128,7 @@ def _parts_for(
 
 
 def subscribe(
-    client: Client,
+    client: LetterClient,
     topic: str | list[str] | re.Pattern[str],
     subscription_name: str,
     *,
@@ -298,7 +295,7 @@ def _full_pattern(pattern: re.Pattern[str]) -> re.Pattern[str]:
 
 
 def _resolve_topics(
-    topic: object, mode: RegexSubscriptionMode, client: Client
+    topic: object, mode: RegexSubscriptionMode, client: LetterClient
 ) -> tuple[list[TopicName], str, NamespaceName | None, re.Pattern[str] | None]:
     if isinstance(topic, str):
         name = TopicName.parse(topic)

@@ -2,7 +2,7 @@
 
 The consumer keeps one ``SubscriptionPart`` per internal topic it consumes.  Each part talks to the
 cursor through a store (durable: ``CursorStore`` on storage; non-durable: ``MemoryCursorStore``)
-and decides, with ``broker_core.dispatch``, which offsets this consumer may take next.
+and decides, with ``broker_core.subscription.dispatch``, which offsets this consumer may take next.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from broker_core.cursor import ConsumerType, Cursor, new_cursor
-from broker_core.dispatch import Window, cursor_selector, key_shared_candidates, shared_candidates
 from broker_core.errors import SubscriptionNotFound
-from broker_core.failover import FailoverConsumer, active_consumer
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.naming import TopicName
-from broker_core.ranges import RangeSet
-from broker_core.topic_log import TopicLog
+from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
+from broker_core.subscription.dispatch import Window, cursor_selector, key_shared_candidates, shared_candidates
+from broker_core.subscription.failover import FailoverConsumer, active_consumer
+from broker_core.subscription.ranges import RangeSet
+from broker_core.topic.topic_log import TopicLog
 
 _SCAN_ROWS = 50_000  # rows examined per dispatch round, bounds the work behind a stuck message
 _FIRST_SCAN_ROWS = 2_048  # a claim reads at most this much first and widens (x4) only while it finds too little

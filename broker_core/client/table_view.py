@@ -21,18 +21,27 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
+from broker_core.client.context import HandleOwner
+from broker_core.client.reader import Reader
 from broker_core.errors import AlreadyClosed, PulsarException
 from broker_core.message import Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
-from broker_core.watch import PollSchedule
+from broker_core.topic.watch import PollSchedule
 
-if TYPE_CHECKING:
-    from broker_core.client.client import Client
+
+class ViewClient(HandleOwner, Protocol):
+    """The client as a table view sees it: it also makes the view's reader."""
+
+    def create_reader(
+        self, topic: str, start_message_id: MessageId, *, is_read_compacted: bool, reader_name: str | None
+    ) -> Reader:
+        """A reader of ``topic`` (the client's own method)."""
+
 
 _LOG = logging.getLogger(__name__)
 _READ_ROWS = 100_000  # rows per bulk read while catching up
@@ -41,14 +50,14 @@ _READ_ROWS = 100_000  # rows per bulk read while catching up
 class TableView:
     """A key -> latest value map of a topic. Create with ``Client.create_table_view``."""
 
-    def __init__(self, client: Client, topic: str, *, subscription_name: str | None, schema: Schema,
+    def __init__(self, client: ViewClient, topic: str, *, subscription_name: str | None, schema: Schema,
                  poll_interval_ms: int) -> None:
         self._client = client
         self._topic = topic
         self._subscription = subscription_name
         self._schema = schema
         self._poll_s = poll_interval_ms / 1000
-        # between background polls: backs off while nothing arrives (``broker_core.watch``)
+        # between background polls: backs off while nothing arrives (``broker_core.topic.watch``)
         self._schedule = PollSchedule(self._poll_s, client._broker.config.new_entries_check_max_delay_millis / 1000)
         self._data: dict[str, bytes] = {}
         self._chunks: dict[str, list[bytes]] = {}  # chunks of a message not read whole yet, by uuid

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from broker_core.errors import DirectoryGone, TopicDeleted, TopicNotFound
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 GONE_ERRORS = (TopicNotFound, DirectoryGone)
 """Errors that may mean the topic was deleted (confirmed with ``deleted_error``)."""

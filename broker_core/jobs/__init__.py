@@ -5,6 +5,11 @@ Each job is a library function taking a ``Broker`` and a topic (or a ``tenant/na
 keyword-only options, returning a ``JobSummary`` of per-internal-topic results.  Every change goes
 through the same put-if-absent commits producers and consumers use, so a job is safe to run beside
 them, safe to kill at any instant, and idempotent (``DESIGN.md`` section 7).
+
+``compaction`` (topic compaction: the compacted view beside each internal topic) is one of them.
+
+May import: everything up to ``broker`` (base modules, ``storage``, ``log``, ``topic``, ``producer``,
+``subscription``, ``broker``).  Never ``client``, ``asyncio`` or the CLI.
 """
 
 from __future__ import annotations

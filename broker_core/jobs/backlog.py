@@ -32,9 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.clock import Clock
-from broker_core.cursor import Cursor
 from broker_core.errors import (
     AlreadyClosed,
     ProducerBlockedQuotaExceededError,
@@ -52,8 +51,9 @@ from broker_core.jobs.retention import durable_cursors, first_unacked
 from broker_core.jobs.ttl import publish_times_us
 from broker_core.log.snapshot import Snapshot
 from broker_core.naming import TopicName
-from broker_core.policies import EffectivePolicies
-from broker_core.topic_log import TopicLog
+from broker_core.subscription.cursor import Cursor
+from broker_core.topic.policies import EffectivePolicies
+from broker_core.topic.topic_log import TopicLog
 
 EVICTION = "consumer_backlog_eviction"
 HOLD = "producer_request_hold"

@@ -31,22 +31,22 @@ import re
 import time
 from dataclasses import dataclass
 
-from broker_core.admin import topic_dir
-from broker_core.broker import Broker
-from broker_core.cursor import Cursor
-from broker_core.cursor_store import CURSORS_DIR, list_subscriptions
+from broker_core.broker.broker import Broker
+from broker_core.broker.tenancy import topic_dir
 from broker_core.errors import BrokerPersistenceError, LogCorrupted, SegmentCorrupted
 from broker_core.jobs.progress import JobSummary, check_flag, existing_log, resolve_targets, run_each
 from broker_core.log.actions import Action, Remove, decode_actions
 from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, checkpoint_path, read_checkpoint, write_checkpoint
 from broker_core.log.gaps import commit_path, commit_versions
+from broker_core.log.segment import read_segment_checked
 from broker_core.log.segment_ref import SegmentRef
 from broker_core.log.snapshot import Snapshot
+from broker_core.log.state_store import VersionedState
 from broker_core.log.transaction_log import TransactionLog
 from broker_core.naming import TopicName
-from broker_core.segment import read_segment_checked
-from broker_core.state_store import VersionedState
 from broker_core.storage import FileIO
+from broker_core.subscription.cursor import Cursor
+from broker_core.subscription.cursor_store import CURSORS_DIR, list_subscriptions
 
 DAMAGED_DIR = "_damaged"
 """Where repair keeps a copy of each segment it set aside (hidden from Delta readers and vacuum)."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
-from broker_core.cursor_store import CURSORS_DIR
 from broker_core.log.checkpoint import LOG_DIR
 from broker_core.log.gaps import commit_versions, gap_error
 from broker_core.storage import FileIO
+from broker_core.subscription.cursor_store import CURSORS_DIR
 
 _TEMP_FILE = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")
 _TEMP_DIRS = (LOG_DIR, "_producers", "_compacted", "_compacted/state")

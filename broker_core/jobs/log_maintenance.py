@@ -42,9 +42,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from broker_core.admin import topic_dir
-from broker_core.broker import Broker
-from broker_core.bulk import STAGED_TXN_DIR
+from broker_core.broker.broker import Broker
+from broker_core.broker.tenancy import topic_dir
 from broker_core.errors import LogCorrupted
 from broker_core.jobs.leftovers import crash_temp_files, require_no_gap
 from broker_core.jobs.progress import (
@@ -66,10 +65,11 @@ from broker_core.log.checkpoint import (
     read_last_checkpoint,
     write_checkpoint,
 )
+from broker_core.log.segment import codec_of
 from broker_core.log.snapshot import RESERVED_TXN_PREFIX, Snapshot
 from broker_core.log.transaction_log import TransactionLog, commit_path
 from broker_core.naming import TopicName
-from broker_core.segment import codec_of
+from broker_core.producer.bulk import STAGED_TXN_DIR
 from broker_core.storage import FileIO
 
 _LOG_FILE = re.compile(r"^(\d{20})\.(json|crc|checkpoint(\.\d{10}\.\d{10})?\.parquet)$")

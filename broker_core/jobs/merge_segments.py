@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.errors import LogCorrupted
 from broker_core.jobs.progress import (
     JobSummary,
@@ -54,11 +54,11 @@ from broker_core.jobs.progress import (
     run_each,
 )
 from broker_core.log.actions import Action, Add, Remove
+from broker_core.log.segment import codec_of, decode_segment, encode_segment, new_segment_name
 from broker_core.log.segment_ref import SegmentRef, normalise_layout
 from broker_core.log.snapshot import Snapshot
 from broker_core.naming import TopicName
-from broker_core.segment import codec_of, decode_segment, encode_segment, new_segment_name
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 MIB = 1 << 20
 DEFAULT_TARGET_BYTES = 128 * MIB

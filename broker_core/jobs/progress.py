@@ -19,10 +19,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.errors import InvalidConfiguration, NotAllowedError
 from broker_core.naming import NamespaceName, TopicName
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 LOGGER = logging.getLogger("broker_core.jobs")
 

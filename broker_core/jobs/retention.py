@@ -46,10 +46,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from broker_core.admin import topic_dir
-from broker_core.broker import Broker
-from broker_core.cursor import Cursor
-from broker_core.cursor_store import list_subscriptions
+from broker_core.broker.broker import Broker
+from broker_core.broker.tenancy import topic_dir
 from broker_core.errors import InvalidConfiguration
 from broker_core.jobs.progress import (
     JobSummary,
@@ -64,6 +62,8 @@ from broker_core.log.segment_ref import SegmentRef
 from broker_core.log.snapshot import TXN_NEXT_ENTRY_ID, TXN_NEXT_OFFSET, Snapshot
 from broker_core.log.transaction_log import NothingToCommit
 from broker_core.naming import TopicName
+from broker_core.subscription.cursor import Cursor
+from broker_core.subscription.cursor_store import list_subscriptions
 
 MB = 1024 * 1024
 OPERATION = "RETENTION"

@@ -30,9 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker_core.broker import Broker
-from broker_core.cursor import Cursor
-from broker_core.cursor_store import validate_subscription_name
+from broker_core.broker.broker import Broker
 from broker_core.errors import InvalidConfiguration, SubscriptionNotFound
 from broker_core.jobs.progress import (
     JobSummary,
@@ -46,8 +44,10 @@ from broker_core.jobs.retention import durable_cursors
 from broker_core.log.segment_ref import SegmentRef
 from broker_core.log.snapshot import Snapshot
 from broker_core.naming import TopicName
-from broker_core.ranges import RangeSet
-from broker_core.topic_log import TopicLog
+from broker_core.subscription.cursor import Cursor
+from broker_core.subscription.cursor_store import validate_subscription_name
+from broker_core.subscription.ranges import RangeSet
+from broker_core.topic.topic_log import TopicLog
 
 
 @dataclass(frozen=True, slots=True)

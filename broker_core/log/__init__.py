@@ -1,4 +1,11 @@
-"""The Delta-protocol transaction log of an internal topic (``docs/PROTOCOL.md``)."""
+"""The Delta-protocol transaction log of an internal topic (``docs/PROTOCOL.md``).
+
+Beside the log: ``segment`` (the Parquet encoding of the segment files that ``add`` actions name)
+and ``state_store`` (small versioned JSON documents committed the same way: cursors, registries,
+tenant and namespace records, policies).
+
+May import: the base modules and ``storage``.  Never ``topic`` or anything above it.
+"""
 
 from __future__ import annotations
 

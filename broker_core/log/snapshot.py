@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from broker_core.errors import LogCorrupted
 from broker_core.log.actions import Action, Add, Metadata, Protocol, Remove, Txn
+from broker_core.log.segment import codec_of
 from broker_core.log.segment_ref import TAG_BASE_OFFSET, SegmentRef
-from broker_core.segment import codec_of
 
 # Reserved txn app ids.  Producer names may not start with "pubsub." so they never collide.
 TXN_NEXT_OFFSET = "pubsub.nextOffset"

@@ -11,9 +11,9 @@ What a ``publish`` does, as a Pulsar broker does for a non-persistent topic:
 
 - every subscription with connected consumers gets the message once, per its type:
   Exclusive (the one consumer), Failover (the active consumer of this partition, chosen by
-  ``broker_core.failover.active_consumer``), Shared (round-robin over the connected consumers of
+  ``broker_core.subscription.failover.active_consumer``), Shared (round-robin over the connected consumers of
   the highest priority level that has room), Key_Shared (the owner of the message's sticky key
-  hash, from ``broker_core.key_shared``: AUTO_SPLIT ranges split and merged as consumers join and
+  hash, from ``broker_core.subscription.key_shared``: AUTO_SPLIT ranges split and merged as consumers join and
   leave, consistent hashing, or STICKY ranges);
 - every connected reader gets it;
 - a subscription without consumers, a consumer whose receiver queue is full, and a Key_Shared hash
@@ -28,6 +28,9 @@ the ``Receiver`` protocol (``offer`` a message without blocking; refuse it when 
 a module: ``receiver`` (that protocol), ``subscription`` (membership and dispatch of one
 subscription), ``topic`` (publish, producers and their access modes, readers, stats) and ``registry``
 (the topics of one storage root in this process).
+
+May import: the base modules, ``message``, ``producer`` and ``subscription``.  Never ``client``;
+a subscription knows its topic only as a ``SubscribedTopic``.
 """
 
 from __future__ import annotations

@@ -11,23 +11,38 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from broker_core.cursor import ConsumerType
 from broker_core.errors import ConsumerBusy
-from broker_core.failover import FailoverConsumer, active_consumer
-from broker_core.key_shared import (
+from broker_core.message import Message
+from broker_core.non_persistent.receiver import Receiver
+from broker_core.subscription.cursor import ConsumerType
+from broker_core.subscription.failover import FailoverConsumer, active_consumer
+from broker_core.subscription.key_shared import (
     DEFAULT_RANGE_SIZE,
     KeySharedConsumer,
     KeySharedMode,
     KeySharedSelector,
     selector_for,
 )
-from broker_core.message import Message
-from broker_core.non_persistent.receiver import Receiver
 
 if TYPE_CHECKING:
-    from broker_core.non_persistent.topic import NonPersistentTopic
+    from broker_core.naming import TopicName
+
+
+class SubscribedTopic(Protocol):
+    """What a subscription knows of its topic (``NonPersistentTopic`` is one): its name and partition.
+
+    The topic creates its subscriptions, so the subscription must not import the topic's module.
+    """
+
+    @property
+    def name(self) -> TopicName:
+        """The internal topic's name."""
+
+    @property
+    def partition(self) -> int:
+        """The partition index, -1 unless the internal topic is a partition."""
 
 
 @dataclass(slots=True)
@@ -47,7 +62,7 @@ class NonPersistentSubscription:
 
     def __init__(
         self,
-        topic: NonPersistentTopic,
+        topic: SubscribedTopic,
         name: str,
         sub_type: ConsumerType,
         *,

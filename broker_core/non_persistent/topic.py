@@ -15,16 +15,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from broker_core.cursor import ConsumerType
 from broker_core.errors import ConsumerBusy, InvalidConfiguration, ProducerBusy, ProducerFenced
 from broker_core.hashing import sticky_key_hash
-from broker_core.key_shared import DEFAULT_POINTS_PER_CONSUMER, DEFAULT_RANGE_SIZE, KeySharedMode
 from broker_core.message import Message
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.non_persistent.receiver import Receiver
 from broker_core.non_persistent.subscription import NonPersistentSubscription
-from broker_core.producer_registry import ProducerAccessMode
+from broker_core.producer.registry import ProducerAccessMode
+from broker_core.subscription.cursor import ConsumerType
+from broker_core.subscription.key_shared import DEFAULT_POINTS_PER_CONSUMER, DEFAULT_RANGE_SIZE, KeySharedMode
 
 NON_PERSISTENT_LEDGER_ID = 0
 """The ledger id of every non-persistent message id (entry ids count messages per topic)."""

@@ -1,10 +1,14 @@
-"""Typed topics: schemas shaped like ``pulsar.schema``, the per-topic registry and compatibility rules."""
+"""Typed topics: schemas shaped like ``pulsar.schema``, the per-topic registry and compatibility rules.
+
+May import: the base modules, ``storage``, ``log`` and ``topic`` (a topic's schema policies).
+Never ``producer``, ``subscription`` or anything above them.
+"""
 
 from broker_core.schema.avro import AvroSchema
 from broker_core.schema.base import Schema
 from broker_core.schema.compatibility import SchemaCompatibilityStrategy
+from broker_core.schema.containers import Array, Map
 from broker_core.schema.fields import (
-    Array,
     Boolean,
     Bytes,
     CustomEnum,
@@ -13,7 +17,6 @@ from broker_core.schema.fields import (
     Float,
     Integer,
     Long,
-    Map,
     Null,
     String,
 )

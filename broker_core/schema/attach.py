@@ -18,8 +18,8 @@ from broker_core.schema.negotiation import SchemaPolicy, check_consumer, produce
 from broker_core.schema.registry import SchemaRegistry, version_bytes, version_of
 
 if TYPE_CHECKING:
-    from broker_core.policies import PolicyStore
     from broker_core.storage import FileIO
+    from broker_core.topic.policies import PolicyStore
 
 
 class SchemaRegistries:

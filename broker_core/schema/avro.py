@@ -22,7 +22,7 @@ from broker_core.schema.info import SchemaInfo, SchemaType
 from broker_core.schema.record import Record
 
 if TYPE_CHECKING:
-    from broker_core.message import Message
+    from broker_core.schema.base import EncodedMessage
 
 
 @lru_cache(maxsize=512)
@@ -124,11 +124,11 @@ class AvroSchema(Schema):
                 f"the writer's schema cannot be resolved to {self._definition_name()}: {exc}") from None
         return self._result(datum)
 
-    def decode_message(self, msg: Message) -> Any:
+    def decode_message(self, msg: EncodedMessage) -> Any:
         return self.decode_with(msg.data(), writer_of(self, msg))
 
 
-def writer_of(schema: Schema, msg: Message) -> SchemaInfo | None:
+def writer_of(schema: Schema, msg: EncodedMessage) -> SchemaInfo | None:
     """The schema a message was written with (None when it carries no version or no registry is attached).
 
     Versions are immutable, so each (topic, version) is looked up once per schema object.

@@ -9,15 +9,35 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from broker_core.schema.info import SchemaInfo, SchemaType
 
-if TYPE_CHECKING:
-    from broker_core.message import Message
-
 # (topic, 8-byte schema version) -> the SchemaInfo registered under it, or None if unknown.
 WriterLookup = Callable[[str, bytes], "SchemaInfo | None"]
+
+
+class EncodedMessage(Protocol):
+    """What a schema reads of a received message (``broker_core.message.Message`` is one).
+
+    A protocol rather than ``Message`` itself: ``message.py`` builds on the schemas, so the schemas
+    must not import it.
+    """
+
+    def data(self) -> bytes:
+        """The payload."""
+
+    def has_null_value(self) -> bool:
+        """Whether the payload is null (a tombstone)."""
+
+    def partition_key(self) -> str:
+        """The message key."""
+
+    def topic_name(self) -> str:
+        """The topic the message was read from."""
+
+    def schema_version(self) -> bytes:
+        """The registry version the message was written under (empty: none)."""
 
 
 class Schema(ABC):
@@ -43,7 +63,7 @@ class Schema(ABC):
         """What the registry stores for this schema."""
         return SchemaInfo(SchemaType.BYTES, "BYTES")
 
-    def decode_message(self, msg: Message) -> Any:
+    def decode_message(self, msg: EncodedMessage) -> Any:
         """The value of a received message (the writer's schema version may differ from this one)."""
         return self.decode(msg.data())
 

@@ -16,7 +16,7 @@ from broker_core.schema.avro import AvroSchema, writer_of
 from broker_core.schema.info import SchemaInfo, SchemaType
 
 if TYPE_CHECKING:
-    from broker_core.message import Message
+    from broker_core.schema.base import EncodedMessage
 
 
 class JsonSchema(AvroSchema):
@@ -61,7 +61,7 @@ class JsonSchema(AvroSchema):
                                    "it cannot be read with JsonSchema")
         return self.decode(data)
 
-    def decode_message(self, msg: Message) -> Any:
+    def decode_message(self, msg: EncodedMessage) -> Any:
         return self.decode_with(msg.data(), writer_of(self, msg))
 
 

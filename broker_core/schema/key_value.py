@@ -23,7 +23,7 @@ from broker_core.schema.base import Schema
 from broker_core.schema.info import SchemaInfo, SchemaType
 
 if TYPE_CHECKING:
-    from broker_core.message import Message
+    from broker_core.schema.base import EncodedMessage
 
 _LENGTH = struct.Struct(">i")
 ENCODING_PROPERTY = "kv.encoding.type"
@@ -113,7 +113,7 @@ class KeyValueSchema(Schema):
         return KeyValue(None if key_bytes is None else self.key_schema.decode(key_bytes),
                         None if value_bytes is None else self.value_schema.decode(value_bytes))
 
-    def decode_message(self, msg: Message) -> Any:
+    def decode_message(self, msg: EncodedMessage) -> Any:
         writer = writer_of(self, msg)
         key_writer = value_writer = None
         if writer is not None:

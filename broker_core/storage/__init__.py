@@ -5,6 +5,8 @@ store (``object_store``), picked from a service URL and its ``storage_options`` 
 one connection pool and one conditional-put probe per root), and their access is checked on open
 with one listing, so a missing bucket, wrong credentials or an unreachable endpoint fail at once
 with a typed error that names the root.
+
+May import: the base modules (``errors``, ``config``).  Nothing above them.
 """
 
 from __future__ import annotations

@@ -50,10 +50,14 @@ def cli(root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Monk
 def new_process(monkeypatch: pytest.MonkeyPatch) -> Any:
     """``new_process()`` forgets the process's shared brokers, logs and cursor handles, so what opens
     next sees storage as a freshly started process would (the old handles stay valid, unshared)."""
-    from broker_core import broker as broker_module
+    from broker_core.broker import admin as admin_module
+    from broker_core.broker import broker as broker_module
+    from broker_core.broker import handles as handles_module
 
     def forget() -> None:
-        for name in ("_BROKERS", "_TOPIC_LOGS", "_CURSOR_STORES"):
-            monkeypatch.setattr(broker_module, name, {})
+        monkeypatch.setattr(broker_module, "_BROKERS", {})
+        monkeypatch.setattr(admin_module, "_ADMINS", {})
+        for name in ("_TOPIC_LOGS", "_CURSOR_STORES"):
+            monkeypatch.setattr(handles_module, name, {})
 
     return forget

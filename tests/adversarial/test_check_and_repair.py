@@ -10,14 +10,14 @@ import pytest
 from adversarial_helpers import TOPIC_DIR, T, commit_file, produce
 
 from broker_core import Client, ConsumerType, DataLoss, InitialPosition, MessageId
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.config import BrokerConfig
 from broker_core.jobs.check import DAMAGED_DIR, TAG_DATA_LOSS, check_topic
 from broker_core.log.actions import Remove, decode_actions
 from broker_core.log.checkpoint import checkpoint_path
-from broker_core.scan import ScanTask, scan
 from broker_core.storage import LocalFileIO
-from broker_core.topic_log import TopicLog
+from broker_core.topic.scan import ScanTask, scan
+from broker_core.topic.topic_log import TopicLog
 
 
 def _damaged_topic(root: Path, client: Client) -> Path:

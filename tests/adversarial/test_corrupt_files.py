@@ -20,13 +20,13 @@ from broker_core import (
     SegmentCorrupted,
     Timeout,
 )
-from broker_core.admin import Admin
+from broker_core.broker.admin import Admin
 from broker_core.config import BrokerConfig
-from broker_core.cursor_store import CursorStore
 from broker_core.log.checkpoint import checkpoint_path
 from broker_core.naming import TopicName
 from broker_core.storage import LocalFileIO
-from broker_core.topic_log import TopicLog
+from broker_core.subscription.cursor_store import CursorStore
+from broker_core.topic.topic_log import TopicLog
 
 
 def _three_segments(root: Path, client: Client) -> Path:
@@ -135,7 +135,7 @@ def test_a_corrupt_newest_cursor_version_falls_back_to_an_older_one_and_says_so(
     fresh = Client(str(root))
     try:  # subscribe, stats and retention of the topic work on
         fresh.subscribe(T, "s", consumer_type=ConsumerType.Shared).close()
-        from broker_core.stats import topic_stats
+        from broker_core.broker.stats import topic_stats
 
         assert "s" in json.dumps(topic_stats(fresh._broker, T), default=str)
         version_after, _ = CursorStore(LocalFileIO(str(root)), TOPIC_DIR, "s").load()
@@ -174,7 +174,7 @@ def test_a_corrupt_partition_record_is_a_typed_error_naming_the_file(root: Path,
                                      b'{"policies": 7}'])
 def test_a_corrupt_policy_record_is_a_typed_error_naming_the_file(root: Path, client: Client,
                                                                   content: bytes) -> None:
-    from broker_core.broker import Broker
+    from broker_core.broker.broker import Broker
 
     record = max((root / "public/default/_namespace").glob("*.json"))
     record.write_bytes(content)

@@ -21,16 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker_core import PulsarException
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.config import BrokerConfig
-from broker_core.cursor_store import CursorStore
 from broker_core.jobs import cleanup_logs, vacuum
 from broker_core.jobs.check import check_topic
-from broker_core.scan import ScanTask, scan
-from broker_core.segment import SEGMENT_SCHEMA
+from broker_core.log.segment import SEGMENT_SCHEMA
 from broker_core.storage import LocalFileIO
 from broker_core.storage import local as storage_module
-from broker_core.topic_log import TopicLog
+from broker_core.subscription.cursor_store import CursorStore
+from broker_core.topic.scan import ScanTask, scan
+from broker_core.topic.topic_log import TopicLog
 
 T = "persistent://public/default/t"
 TOPIC_DIR = "public/default/persistent/t"
@@ -52,7 +52,7 @@ def _topic(root: Path) -> tuple[Broker, list[str]]:
     for i in range(0, 6, 2):
         log.append(_rows(VALUES[i:i + 2]), layout=[2])
     log.log.checkpoint()
-    from broker_core.cursor import ConsumerType, new_cursor
+    from broker_core.subscription.cursor import ConsumerType, new_cursor
 
     CursorStore(broker.io, TOPIC_DIR, "s").update(lambda _: new_cursor("s", ConsumerType.Shared, 2))
     return broker, [s.path for s in log.snapshot().segments]

@@ -16,11 +16,11 @@ import pytest
 from adversarial_helpers import TOPIC_DIR, T, commit_file, produce, write_commit
 
 from broker_core import Client, LogCorrupted, MessageId, PathOutsideRoot
-from broker_core.bulk import commit_staged_once, recorded_staged, staged_manifest_path
-from broker_core.compacted_view import STATE_DIR, view_store
 from broker_core.log.checkpoint import checkpoint_path
+from broker_core.producer.bulk import commit_staged_once, recorded_staged, staged_manifest_path
 from broker_core.storage import LocalFileIO
-from broker_core.topic_log import TopicLog
+from broker_core.topic.compacted_view import STATE_DIR, view_store
+from broker_core.topic.topic_log import TopicLog
 
 ESCAPE = "../../../../../victim.txt"
 

@@ -13,7 +13,7 @@ import pytest
 from adversarial_helpers import TOPIC_DIR, T, log_dir, produce
 
 from broker_core import Client, InvalidConfiguration, InvalidTopicName, MessageId, PulsarException
-from broker_core.admin import Admin
+from broker_core.broker.admin import Admin
 from broker_core.config import BrokerConfig
 from broker_core.storage import LocalFileIO
 

@@ -10,11 +10,11 @@ import pytest
 from adversarial_helpers import TOPIC_DIR, T, commit_file, newest_version, produce
 
 from broker_core import Client, LogCorrupted, MessageId
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.config import BrokerConfig
 from broker_core.jobs import cleanup_logs, vacuum
 from broker_core.storage import LocalFileIO
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 
 def _six_commits(root: Path, client: Client) -> list[str]:
@@ -93,7 +93,7 @@ def test_a_zero_byte_commit_is_corruption_not_an_empty_version(root: Path, clien
 def _one_row() -> Any:
     import pyarrow as pa
 
-    from broker_core.segment import SEGMENT_SCHEMA
+    from broker_core.log.segment import SEGMENT_SCHEMA
 
     row = {name: [None] for name in SEGMENT_SCHEMA.names}
     row.update(value=[b"v"], sticky_key_hash=[0], publish_time=[0])

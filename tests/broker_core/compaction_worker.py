@@ -20,10 +20,10 @@ import sys
 
 from log_helpers import TOPIC_DIR, segment_table
 
-from broker_core.compaction import compact_internal_topic
-from broker_core.segment import encode_segment
+from broker_core.jobs.compaction import compact_internal_topic
+from broker_core.log.segment import encode_segment
 from broker_core.storage import file_io_for
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 
 def emit(line: str) -> None:

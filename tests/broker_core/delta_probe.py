@@ -58,7 +58,7 @@ def main() -> None:
     if args.get("append_foreign"):  # a foreign writer appends one row (its add has no pubsub tags)
         from deltalake import write_deltalake
 
-        from broker_core.segment import SEGMENT_SCHEMA
+        from broker_core.log.segment import SEGMENT_SCHEMA
 
         row = {name: None for name in SEGMENT_SCHEMA.names}
         row.update(value=b"foreign", sticky_key_hash=0, publish_time=0)

@@ -22,8 +22,8 @@ import numpy as np
 from log_helpers import open_topic, producer_table
 
 from broker_core.errors import ProducerBusy, ProducerFenced
-from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
-from broker_core.topic_log import TopicLog
+from broker_core.producer.registry import ProducerAccessMode, ProducerRegistry
+from broker_core.topic.topic_log import TopicLog
 
 
 def random_layout(rng: random.Random, rows: int) -> list[int]:

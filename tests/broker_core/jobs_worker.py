@@ -33,15 +33,15 @@ from typing import Any
 import pyarrow as pa
 from log_helpers import producer_table
 
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.config import BrokerConfig
-from broker_core.cursor import ConsumerType, Cursor, new_cursor
 from broker_core.jobs import checkpoint, cleanup_logs, run_retention, run_ttl, vacuum
+from broker_core.log.segment import TIMESTAMP
 from broker_core.log.segment_ref import SegmentRef
 from broker_core.naming import TopicName
-from broker_core.ranges import RangeSet
-from broker_core.segment import TIMESTAMP
-from broker_core.topic_log import TopicLog
+from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
+from broker_core.subscription.ranges import RangeSet
+from broker_core.topic.topic_log import TopicLog
 
 TOPIC = "persistent://public/default/kill"
 NOW_MS = 1_800_000_000_000

@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 
 from broker_core.hashing import sticky_key_hash
-from broker_core.segment import SEGMENT_SCHEMA, TIMESTAMP
+from broker_core.log.segment import SEGMENT_SCHEMA, TIMESTAMP
 from broker_core.storage import file_io_for
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 TOPIC_DIR = "public/default/persistent/t"
 """A plausible internal-topic directory relative to the storage root."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from broker_core import Client, ConsumerType, InitialPosition
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.naming import TopicName
 
 ACK_GROUP_S = 0.1

@@ -32,7 +32,7 @@ from broker_core import (
     Timeout,
 )
 from broker_core.asyncio.pump import Pump
-from broker_core.producer_registry import ProducerAccessMode
+from broker_core.producer.registry import ProducerAccessMode
 from broker_core.storage import LocalFileIO
 
 T = TypeVar("T")

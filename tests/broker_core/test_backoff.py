@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.errors import InvalidConfiguration
+from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
 
 
 def test_defaults_are_pulsars() -> None:

@@ -23,8 +23,8 @@ import pytest
 from broker_core import Client, ConsumerType, InitialPosition, TopicDeleted
 from broker_core.cli import build_parser, main
 from broker_core.cli.messages import next_unacked
-from broker_core.cursor import new_cursor
-from broker_core.ranges import RangeSet
+from broker_core.subscription.cursor import new_cursor
+from broker_core.subscription.ranges import RangeSet
 
 T = "persistent://public/default/t"
 P = "persistent://public/default/p"

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 
 from broker_core import BrokerConfig, Client
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.cli import main
 from broker_core.cli.chart import bar_chart, can_draw_blocks
 from broker_core.cli.progress import TerminalProgress, terminal_progress

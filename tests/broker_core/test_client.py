@@ -26,8 +26,8 @@ from broker_core import (
     Result,
     TopicNotFound,
 )
-from broker_core.admin import Admin
-from broker_core.broker import Broker
+from broker_core.broker.admin import Admin
+from broker_core.broker.broker import Broker
 from broker_core.errors import RootNotFound
 
 

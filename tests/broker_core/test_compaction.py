@@ -33,16 +33,9 @@ from broker_core import (
     StringSchema,
     SubscriptionMode,
 )
-from broker_core.broker import Broker
-from broker_core.compacted_view import (
-    COMPACTED_DIR,
-    STATE_DIR,
-    CompactedTopic,
-    decode_view,
-    unreferenced_view_files,
-    view_store,
-)
-from broker_core.compaction import (
+from broker_core.broker.broker import Broker
+from broker_core.errors import InvalidConfiguration, LogCorrupted, TopicNotFound
+from broker_core.jobs.compaction import (
     compact_internal_topic,
     compact_topic,
     finish_compaction,
@@ -51,10 +44,17 @@ from broker_core.compaction import (
     read_log_slices,
     with_positions,
 )
-from broker_core.errors import InvalidConfiguration, LogCorrupted, TopicNotFound
 from broker_core.naming import TopicName
 from broker_core.storage import file_io_for
-from broker_core.topic_log import TopicLog
+from broker_core.topic.compacted_view import (
+    COMPACTED_DIR,
+    STATE_DIR,
+    CompactedTopic,
+    decode_view,
+    unreferenced_view_files,
+    view_store,
+)
+from broker_core.topic.topic_log import TopicLog
 
 HERE = Path(__file__).parent
 WORKER = HERE / "compaction_worker.py"
@@ -642,8 +642,8 @@ def test_a_pointer_naming_anything_but_a_view_file_is_refused(tmp_path: Path) ->
     with pytest.raises(LogCorrupted, match="not a view"):  # never written by the library
         view_store(log.io, log.path).commit(horizon=1, file="../../escape.parquet", rows=0, ledger_id=ledger_id,
                                             previous_horizon=0)
-    from broker_core.compacted_view import STATE_DIR
-    from broker_core.state_store import VersionedState
+    from broker_core.log.state_store import VersionedState
+    from broker_core.topic.compacted_view import STATE_DIR
 
     VersionedState(log.io, f"{log.path}/{STATE_DIR}").update(  # but written by hand, it is refused on reading
         lambda _: {"horizon": 1, "file": "../../escape.parquet", "rows": 0, "ledgerId": ledger_id})
@@ -657,8 +657,8 @@ def test_unreferenced_view_files_are_what_vacuum_may_delete(tmp_path: Path) -> N
         append(log, [], [("a", f"{i}".encode())])
         compact_internal_topic(log, "t")
     # state cleanup runs on a background thread; run the version-40 cleanup here to be deterministic
-    from broker_core.compacted_view import STATE_DIR
-    from broker_core.state_store import VersionedState
+    from broker_core.log.state_store import VersionedState
+    from broker_core.topic.compacted_view import STATE_DIR
 
     VersionedState(log.io, f"{log.path}/{STATE_DIR}")._cleanup(40)
     orphan = f"{COMPACTED_DIR}/{'0' * 32}.parquet"

@@ -42,7 +42,7 @@ from broker_core import (
     Result,
     TopicNotFound,
 )
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.log.checkpoint import checkpoint_path, read_checkpoint
 from broker_core.storage import LocalFileIO
 

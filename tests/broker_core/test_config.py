@@ -237,7 +237,7 @@ def test_clock_skew_tolerance_is_added_to_the_leases_written() -> None:
 
 def test_a_consumer_lease_survives_an_observer_clock_running_ahead_by_the_tolerance(tmp_path: Path) -> None:
     from broker_core import Client
-    from broker_core.broker import Broker
+    from broker_core.broker.broker import Broker
     from broker_core.config import BrokerConfig
     from broker_core.naming import TopicName
 

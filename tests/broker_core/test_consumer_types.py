@@ -29,9 +29,9 @@ from broker_core import (
 )
 from broker_core.clock import ManualClock
 from broker_core.errors import ConsumerAssignException
-from broker_core.failover import FailoverConsumer, active_consumer
 from broker_core.hashing import sticky_key_hash
-from broker_core.key_shared import (
+from broker_core.subscription.failover import FailoverConsumer, active_consumer
+from broker_core.subscription.key_shared import (
     ConsistentHashingSelector,
     KeySharedConsumer,
 )

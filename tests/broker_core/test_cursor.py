@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_core.cursor import ConsumerEntry, ConsumerType, Cursor, new_cursor
 from broker_core.errors import ConsumerAssignException, ConsumerBusy, NotAllowedError
-from broker_core.ranges import RangeSet
+from broker_core.subscription.cursor import ConsumerEntry, ConsumerType, Cursor, new_cursor
+from broker_core.subscription.ranges import RangeSet
 
 LEASE = 1000
 

@@ -21,7 +21,7 @@ from broker_core.errors import LogCorrupted
 from broker_core.log.actions import Action, Remove
 from broker_core.log.checkpoint import LOG_DIR
 from broker_core.log.snapshot import Snapshot
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 pytest.importorskip("deltalake")
 

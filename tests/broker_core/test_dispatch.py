@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_core.cursor import ConsumerType, Cursor, new_cursor
-from broker_core.dispatch import (
+from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
+from broker_core.subscription.dispatch import (
     HASH_SLOTS,
     Window,
     claim_owners,

@@ -28,8 +28,8 @@ from moto_s3 import Root
 
 from broker_core.errors import ProducerFenced
 from broker_core.log.checkpoint import LOG_DIR
-from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
-from broker_core.topic_log import TopicLog
+from broker_core.producer.registry import ProducerAccessMode, ProducerRegistry
+from broker_core.topic.topic_log import TopicLog
 
 WORKER = Path(__file__).with_name("durability_worker.py")
 PROBE = Path(__file__).with_name("delta_probe.py")
@@ -392,7 +392,7 @@ def test_the_last_fencing_registration_holds_the_topic_whatever_order_the_bumps_
 
 
 def test_a_versioned_state_update_is_never_lost_to_cleanup(tmp_path: Path) -> None:
-    from broker_core.state_store import VersionedState
+    from broker_core.log.state_store import VersionedState
 
     io = open_topic(tmp_path, fsync=False).io
     slow = VersionedState(io, "state", keep_versions=5)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from broker_core import BrokerConfig, Client, Consumer, ConsumerType, InitialPosition
 from broker_core.clock import ManualClock
 from broker_core.errors import BrokerPersistenceError, InvalidConfiguration
-from broker_core.failover import FailoverConsumer, active_consumer
+from broker_core.subscription.failover import FailoverConsumer, active_consumer
 
 EPOCH_MS = 1_700_000_000_000
 WAIT_MS = 10_000

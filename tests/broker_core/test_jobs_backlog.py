@@ -23,7 +23,7 @@ from broker_core import (
     Timeout,
     TopicNotFound,
 )
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.clock import ManualClock
 from broker_core.jobs import backlog, backlog_status, enforce_backlog_quota
 from broker_core.jobs.backlog import bytes_from

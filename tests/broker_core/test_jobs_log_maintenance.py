@@ -14,13 +14,13 @@ from jobs_worker import T, append, files_of, live_values, log_of, make_broker, p
 from log_helpers import producer_table
 
 from broker_core import InvalidConfiguration, TopicNotFound
-from broker_core.broker import Broker
-from broker_core.bulk import commit_staged_once, staged_manifest_path
+from broker_core.broker.broker import Broker
 from broker_core.jobs import MIN_SAFE_AGE_MS, checkpoint, cleanup_logs, run_retention, vacuum
 from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR
 from broker_core.log.transaction_log import TransactionLog
 from broker_core.naming import TopicName
-from broker_core.topic_log import TopicLog
+from broker_core.producer.bulk import commit_staged_once, staged_manifest_path
+from broker_core.topic.topic_log import TopicLog
 
 DAY = 86_400_000
 

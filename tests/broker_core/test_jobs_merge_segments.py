@@ -28,18 +28,18 @@ from broker_core import (
     Timeout,
     TopicNotFound,
 )
-from broker_core.broker import Broker
-from broker_core.compaction import compact_topic
+from broker_core.broker.broker import Broker
 from broker_core.jobs import merge_segments, run_retention, vacuum
+from broker_core.jobs.compaction import compact_topic
 from broker_core.jobs.merge_segments import OPERATION, codec_of, merge_run, plan_runs
 from broker_core.log.actions import Add, Remove, decode_actions
 from broker_core.log.checkpoint import LOG_DIR
+from broker_core.log.segment import CompressionType
 from broker_core.log.segment_ref import SegmentRef
 from broker_core.log.transaction_log import commit_path
 from broker_core.naming import TopicName
-from broker_core.segment import CompressionType
 from broker_core.storage import LocalFileIO
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 HERE = Path(__file__).parent
 WORKER = HERE / "merge_worker.py"

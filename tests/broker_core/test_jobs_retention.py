@@ -57,15 +57,15 @@ from broker_core import (
     Timeout,
     TopicNotFound,
 )
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.clock import ManualClock
-from broker_core.cursor import Cursor, new_cursor
 from broker_core.jobs import RetentionLimits, run_retention
 from broker_core.jobs.retention import first_unacked, plan_removal
 from broker_core.log.segment_ref import SegmentRef
 from broker_core.naming import TopicName
-from broker_core.ranges import RangeSet
-from broker_core.topic_log import TopicLog
+from broker_core.subscription.cursor import Cursor, new_cursor
+from broker_core.subscription.ranges import RangeSet
+from broker_core.topic.topic_log import TopicLog
 
 MIN = 60_000
 

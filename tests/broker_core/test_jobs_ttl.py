@@ -21,13 +21,13 @@ from broker_core import (
     Timeout,
     TopicNotFound,
 )
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.clock import ManualClock
-from broker_core.cursor import Cursor, new_cursor
 from broker_core.jobs import run_retention, run_ttl
 from broker_core.jobs.ttl import acknowledge_ranges
 from broker_core.naming import TopicName
-from broker_core.ranges import RangeSet
+from broker_core.subscription.cursor import Cursor, new_cursor
+from broker_core.subscription.ranges import RangeSet
 
 NOW = 1_800_000_000_000
 S = 1000

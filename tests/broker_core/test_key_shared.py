@@ -22,7 +22,7 @@ from broker_core.hashing import (
     range_sticky_hashes,
     sticky_key_hash,
 )
-from broker_core.key_shared import (
+from broker_core.subscription.key_shared import (
     HASH_RANGE_SIZE,
     AutoSplitHashRangeSelector,
     ConsistentHashingSelector,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from broker_core.errors import ConsumerAssignException, ConsumerBusy, InvalidConfiguration
-from broker_core.key_shared import AutoSplitHashRangeSelector, KeySharedConsumer, end_keys_from_regions
+from broker_core.subscription.key_shared import AutoSplitHashRangeSelector, KeySharedConsumer, end_keys_from_regions
 
 
 def auto(*names: str, range_size: int = 65536) -> AutoSplitHashRangeSelector:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_core.errors import InvalidConfiguration
-from broker_core.key_shared import ConsistentHashingSelector, KeySharedConsumer
+from broker_core.subscription.key_shared import ConsistentHashingSelector, KeySharedConsumer
 
 
 def point(text: str) -> int:

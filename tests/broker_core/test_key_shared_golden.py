@@ -14,7 +14,7 @@ from pathlib import Path
 import mmh3
 
 from broker_core import BrokerConfig, Client, ConsumerType, InitialPosition, MessageId
-from broker_core.dispatch import cursor_selector
+from broker_core.subscription.dispatch import cursor_selector
 
 GOLDEN = Path(__file__).parent / "golden" / "key_shared_regions_root"
 WAIT_MS = 10_000

@@ -28,6 +28,7 @@ from broker_core.log.actions import (
     encode_actions,
 )
 from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, checkpoint_path, read_last_checkpoint
+from broker_core.log.segment import delta_schema_string
 from broker_core.log.segment_ref import (
     SegmentRef,
     layout_entries,
@@ -38,7 +39,6 @@ from broker_core.log.segment_ref import (
 )
 from broker_core.log.snapshot import TXN_NEXT_ENTRY_ID, TXN_NEXT_OFFSET, Snapshot
 from broker_core.log.transaction_log import NothingToCommit, TransactionLog, commit_path
-from broker_core.segment import delta_schema_string
 from broker_core.storage import LocalFileIO
 
 TABLE = "public/default/persistent/log-test"

@@ -58,10 +58,10 @@ from broker_core.client.non_persistent import (
     NonPersistentProducer,
     NonPersistentReader,
 )
-from broker_core.failover import FailoverConsumer, active_consumer
 from broker_core.hashing import range_sticky_hash, sticky_key_hash
-from broker_core.key_shared import AutoSplitHashRangeSelector, ConsistentHashingSelector, KeySharedConsumer
 from broker_core.non_persistent import NON_PERSISTENT_LEDGER_ID, NonPersistentTopic, registry_for
+from broker_core.subscription.failover import FailoverConsumer, active_consumer
+from broker_core.subscription.key_shared import AutoSplitHashRangeSelector, ConsistentHashingSelector, KeySharedConsumer
 
 NP = "non-persistent://public/default/"
 WAIT_MS = 2000  # a message that is coming arrives well within this

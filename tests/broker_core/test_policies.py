@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from broker_core import BrokerConfig, Client, InvalidConfiguration, MessageTooBig, NamespaceNotFound
-from broker_core.admin import Admin
+from broker_core.broker.admin import Admin
 from broker_core.naming import TopicName
-from broker_core.policies import POLICY_KEYS, EffectivePolicies, Policies, PolicyStore
+from broker_core.topic.policies import POLICY_KEYS, EffectivePolicies, Policies, PolicyStore
 
 
 def _store(root: Path, **config: object) -> PolicyStore:

@@ -31,7 +31,7 @@ from broker_core import (
     Result,
     StringSchema,
 )
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.clock import ManualClock
 from broker_core.hashing import java_string_hash, murmur3_32_hash
 

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_core.ranges import RangeSet
+from broker_core.subscription.ranges import RangeSet
 
 OFFSET = st.integers(min_value=0, max_value=200)
 SPAN = st.tuples(OFFSET, st.integers(min_value=0, max_value=40)).map(lambda p: (p[0], p[0] + p[1]))

@@ -23,7 +23,7 @@ from broker_core import (
     Reader,
     Timeout,
 )
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.clock import ManualClock
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

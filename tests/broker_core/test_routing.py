@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from broker_core.clock import ManualClock
 from broker_core.errors import InvalidConfiguration
 from broker_core.hashing import HashingScheme, java_string_hash, murmur3_32_hash
-from broker_core.routing import (
+from broker_core.producer.routing import (
     CustomRouter,
     MessageRouter,
     PartitionsRoutingMode,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from broker_core.broker.root_check import open_root
 from broker_core.errors import BrokerPersistenceError, DirectoryGone, InvalidUrl, PulsarException, RootNotFound
-from broker_core.root_check import open_root
 from broker_core.storage import LocalFileIO, file_io_for
 
 

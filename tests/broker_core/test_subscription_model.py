@@ -9,7 +9,7 @@ thousands of steps run in seconds and every failure replays exactly:
   (``snapshot`` and ``read``);
 - the cursor lives in a ``MemoryCursorStore`` (every update is a JSON round trip, as on storage);
 - each consumer is a real ``SubscriptionPart`` (join, renew with expiry, leave, Shared/Key_Shared
-  claims through ``broker_core.dispatch`` and ``key_shared.selector_for``, the Failover election)
+  claims through ``broker_core.subscription.dispatch`` and ``key_shared.selector_for``, the Failover election)
   plus the consumer's bookkeeping, modelled here on the cursor API exactly as the client documents
   it: acks are grouped and committed at a flush (``Cursor.ack``), negative acks are committed at a
   flush (``Cursor.release`` for claims, ``Cursor.count_redelivery`` plus a rewind for Exclusive, a
@@ -64,12 +64,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from broker_core.client.dead_letters import DeadLetters
 from broker_core.client.policies import ConsumerDeadLetterPolicy
 from broker_core.client.subscription_part import _SCAN_ROWS, MemoryCursorStore, SubscriptionPart
-from broker_core.cursor import ConsumerType, Cursor, new_cursor
-from broker_core.dispatch import cursor_selector, key_shared_candidates, shared_candidates
 from broker_core.errors import ConsumerBusy
 from broker_core.hashing import sticky_key_hash
 from broker_core.message import BytesSchema
 from broker_core.naming import TopicName
+from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
+from broker_core.subscription.dispatch import cursor_selector, key_shared_candidates, shared_candidates
 
 LEASE_MS = 1000
 MAX_MESSAGES = 30  # per example: enough to interleave keys, small enough to check exhaustively

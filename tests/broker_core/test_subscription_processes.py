@@ -40,10 +40,10 @@ import pytest
 from moto_s3 import Root
 
 from broker_core import Client
-from broker_core.broker import Broker
-from broker_core.cursor import Cursor
+from broker_core.broker.broker import Broker
 from broker_core.naming import TopicName
 from broker_core.storage import file_io_for
+from broker_core.subscription.cursor import Cursor
 
 WORKER = Path(__file__).with_name("consumer_worker.py")
 TOPIC = "persistent://public/default/work"

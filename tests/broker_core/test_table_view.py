@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from broker_core import AlreadyClosed, BrokerConfig, Client, StringSchema
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.client import table_view
-from broker_core.compaction import compact_topic
+from broker_core.jobs.compaction import compact_topic
 
 
 @pytest.fixture

@@ -25,10 +25,10 @@ from moto_s3 import Root
 
 from broker_core import Admin, Client, InitialPosition, MessageId, Producer, Timeout, TopicNotFound
 from broker_core.errors import TopicDeleted
-from broker_core.producer_registry import ProducerAccessMode, ProducerRegistry
-from broker_core.state_store import VersionedState
+from broker_core.log.state_store import VersionedState
+from broker_core.producer.registry import ProducerAccessMode, ProducerRegistry
 from broker_core.storage import FileIO, LocalFileIO, file_io_for
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 WORKER = Path(__file__).with_name("deletion_worker.py")
 TOPIC = "persistent://public/default/orders"

@@ -17,11 +17,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from log_helpers import TOPIC_DIR, open_topic, producer_table, read_all, segment_table
 
 from broker_core.errors import ProducerFenced
+from broker_core.log.segment import SEGMENT_SCHEMA, CompressionType
 from broker_core.log.segment_ref import layout_messages
 from broker_core.message_id import MessageId
-from broker_core.segment import SEGMENT_SCHEMA, CompressionType
 from broker_core.storage import LocalFileIO
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_both_decode_paths_read_every_column_and_column_subsets(
 ) -> None:
     """Segments under 1 MiB decode on the calling thread (``segment._SMALL_SEGMENT_BYTES``), larger
     ones with ``read_table``; both give exactly ``SEGMENT_SCHEMA`` and the same rows."""
-    from broker_core import segment
+    from broker_core.log import segment
 
     table = producer_table("p", range(50))
     data = segment.encode_segment(table)

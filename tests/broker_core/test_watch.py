@@ -19,14 +19,14 @@ import pyarrow as pa
 import pytest
 
 from broker_core import BrokerConfig, Client, ConsumerType, InitialPosition, MessageId
-from broker_core.admin import topic_dir
-from broker_core.broker import notifier_for
-from broker_core.bulk import to_segment_rows
+from broker_core.broker.broker import notifier_for
+from broker_core.broker.tenancy import topic_dir
 from broker_core.naming import TopicName
+from broker_core.producer.bulk import to_segment_rows
 from broker_core.storage import file_io_for
-from broker_core.topic_log import TopicLog
-from broker_core.waiters import Waiters
-from broker_core.watch import InotifyNotifier, PollingNotifier, PollSchedule
+from broker_core.topic.topic_log import TopicLog
+from broker_core.topic.waiters import Waiters
+from broker_core.topic.watch import InotifyNotifier, PollingNotifier, PollSchedule
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux-only")
 VERSION = "00000000000000000001.json"
@@ -211,7 +211,7 @@ def test_idle_consumer_backs_off_and_still_gets_the_next_message(tmp_path: Path,
 
 @linux_only
 def test_a_forked_child_gets_its_own_notifier(tmp_path: Path) -> None:
-    from broker_core import watch
+    from broker_core.topic import watch
 
     parent = watch.local_notifier(enabled=True)
     read_end, write_end = os.pipe()

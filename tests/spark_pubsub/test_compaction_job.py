@@ -17,11 +17,11 @@ import pytest
 from source_job import Collector, make_root, run_available_now, source
 
 from broker_core import BrokerConfig, Client
-from broker_core.broker import Broker
-from broker_core.compacted_view import COMPACTED_DIR, decode_view, view_store
-from broker_core.compaction import compact_topic
+from broker_core.broker.broker import Broker
 from broker_core.errors import InvalidConfiguration
+from broker_core.jobs.compaction import compact_topic
 from broker_core.naming import TopicName
+from broker_core.topic.compacted_view import COMPACTED_DIR, decode_view, view_store
 from spark_pubsub.jobs import compact_with_spark, main
 from spark_pubsub.offsets import PartitionPlanner
 from spark_pubsub.options import SourceOptions, parse_options

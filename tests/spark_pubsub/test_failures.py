@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import functions as F
 from source_job import create_partitioned, make_root, names, produce, source
 
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.client.dead_letters import ORIGIN_MESSAGE_ID, REAL_TOPIC, RECONSUMETIMES
 from broker_core.errors import InvalidConfiguration
 from broker_core.naming import TopicName

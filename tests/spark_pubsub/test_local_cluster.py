@@ -21,9 +21,9 @@ import pytest
 from moto_s3 import MotoS3
 from source_job import make_root, names
 
-from broker_core.broker import Broker
-from broker_core.compacted_view import COMPACTED_DIR, decode_view, view_store
-from broker_core.compaction import compact_topic
+from broker_core.broker.broker import Broker
+from broker_core.jobs.compaction import compact_topic
+from broker_core.topic.compacted_view import COMPACTED_DIR, decode_view, view_store
 from spark_pubsub import read_topic
 
 HERE = Path(__file__).resolve().parent

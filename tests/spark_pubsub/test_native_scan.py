@@ -17,10 +17,10 @@ from chispa import assert_df_equality
 from source_job import make_root
 
 from broker_core import Client, CompressionType, InitialPosition
-from broker_core.broker import Broker
-from broker_core.compaction import compact_topic
+from broker_core.broker.broker import Broker
 from broker_core.errors import DataLoss, InvalidConfiguration
 from broker_core.jobs import merge_segments, run_retention
+from broker_core.jobs.compaction import compact_topic
 from broker_core.log.segment_ref import SegmentRef
 from spark_pubsub import read_topic
 from spark_pubsub.native_plan import id_table, layout_runs, plan_topic_read

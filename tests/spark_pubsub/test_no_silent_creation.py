@@ -13,7 +13,7 @@ import pyspark.sql.functions as F
 import pytest
 from source_job import Collector, make_root, names, produce, run_available_now, source
 
-from broker_core.admin import Admin
+from broker_core.broker.admin import Admin
 from broker_core.errors import DataLoss, RootNotFound, TopicNotFound
 from spark_pubsub.offsets import PartitionPlanner
 from spark_pubsub.options import SinkOptions, SourceOptions, parse_options

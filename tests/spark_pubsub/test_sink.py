@@ -35,12 +35,12 @@ from pyspark.sql.types import (
 )
 
 from broker_core import Client, MessageId
-from broker_core.broker import Broker
-from broker_core.bulk import STAGED_TXN_DIR, commit_staged_once
+from broker_core.broker.broker import Broker
 from broker_core.errors import InvalidConfiguration, InvalidMessage
 from broker_core.hashing import java_string_hash, murmur3_32_hash
 from broker_core.naming import TopicName
-from broker_core.topic_log import TopicLog
+from broker_core.producer.bulk import STAGED_TXN_DIR, commit_staged_once
+from broker_core.topic.topic_log import TopicLog
 from spark_pubsub import sink as sink_module
 from spark_pubsub.options import SinkOptions, parse_options
 from spark_pubsub.sink import PubSubBatchWriter, PubSubStreamWriter, SinkCommitMessage, default_sink_id

@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 from moto_s3 import Root
 
-from broker_core.broker import Broker
-from broker_core.bulk import STAGED_TXN_DIR
+from broker_core.broker.broker import Broker
 from broker_core.naming import TopicName
+from broker_core.producer.bulk import STAGED_TXN_DIR
 from broker_core.storage import file_io_for
 
 JOB = Path(__file__).with_name("sink_job.py")

@@ -25,7 +25,7 @@ from source_job import (
 )
 
 from broker_core import Client
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 from broker_core.clock import ManualClock
 from broker_core.log.actions import Remove
 from broker_core.naming import TopicName

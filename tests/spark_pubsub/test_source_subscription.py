@@ -23,9 +23,9 @@ from source_job import (
 )
 
 from broker_core import Client, ConsumerType, InitialPosition
-from broker_core.admin import Admin
-from broker_core.broker import Broker
-from broker_core.cursor import Cursor
+from broker_core.broker.admin import Admin
+from broker_core.broker.broker import Broker
+from broker_core.subscription.cursor import Cursor
 from spark_pubsub.options import SourceOptions, parse_options
 from spark_pubsub.stream_reader import PubSubStreamReader
 

@@ -22,7 +22,7 @@ from pyspark.sql.types import (
 
 from broker_core import Client, InitialPosition
 from broker_core import schema as m
-from broker_core.broker import Broker
+from broker_core.broker.broker import Broker
 
 
 class V1(m.Record):

@@ -20,6 +20,9 @@ One concept a module: ``producer`` and ``reader`` (each handle and the function 
 non-persistent topics), ``handles`` (a handle's ties to its ``Client``), ``receiver_queue`` (the
 blocking read that readers and consumers share) and ``refusals`` (how what a non-persistent topic
 cannot do is refused).
+
+May import: ``non_persistent``, the rest of ``client`` except ``client.client``, and what they may
+import.
 """
 
 from __future__ import annotations

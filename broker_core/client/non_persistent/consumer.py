@@ -13,28 +13,26 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from broker_core.backoff import MultiplierRedeliveryBackoff
 from broker_core.client.consumer_base import ConsumerBase
+from broker_core.client.context import HandleOwner
 from broker_core.client.non_persistent.handles import registry_of
 from broker_core.client.non_persistent.receiver_queue import wait_next
 from broker_core.client.non_persistent.refusals import seek_refused, unsupported
 from broker_core.client.policies import ConsumerBatchReceivePolicy
-from broker_core.cursor import ConsumerType
 from broker_core.errors import (
     ConsumerBusy,
     InvalidConfiguration,
     PulsarException,
 )
-from broker_core.key_shared import KeySharedMode
 from broker_core.message import Message, Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.non_persistent import NonPersistentTopic
-
-if TYPE_CHECKING:
-    from broker_core.client.client import Client
+from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
+from broker_core.subscription.cursor import ConsumerType
+from broker_core.subscription.key_shared import KeySharedMode
 
 _LOG = logging.getLogger(__name__)
 
@@ -59,7 +57,7 @@ class NonPersistentConsumer(ConsumerBase):
 
     def __init__(
         self,
-        client: Client,
+        client: HandleOwner,
         topics: list[TopicName],
         *,
         topic_label: str,

@@ -7,20 +7,18 @@ with the client so that ``Client.close`` closes them too, as it closes persisten
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from broker_core.client.context import HandleOwner
 from broker_core.non_persistent import NonPersistentRegistry, registry_for
 
-if TYPE_CHECKING:
-    from broker_core.client.client import Client
 
-
-def registry_of(client: Client) -> NonPersistentRegistry:
+def registry_of(client: HandleOwner) -> NonPersistentRegistry:
     """The non-persistent topics of ``client``'s storage root in this process."""
     return registry_for(client._broker.io.root_uri)
 
 
-def track(client: Client, handle: Any) -> None:
+def track(client: HandleOwner, handle: Any) -> None:
     """Register ``handle`` with ``client`` (it calls ``client._forget`` when it closes)."""
     with client._lock:
         client._handles.add(handle)

@@ -15,9 +15,10 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker_core.client.args import check_send_arguments
+from broker_core.client.context import HandleOwner
 from broker_core.client.non_persistent.handles import registry_of, track
 from broker_core.client.non_persistent.refusals import unsupported
 from broker_core.errors import (
@@ -32,11 +33,8 @@ from broker_core.message import Message, Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.non_persistent import ProducerToken
-from broker_core.producer_registry import ProducerAccessMode
-from broker_core.routing import CustomRouter, MessageRouter, PartitionsRoutingMode, router_for
-
-if TYPE_CHECKING:
-    from broker_core.client.client import Client
+from broker_core.producer.registry import ProducerAccessMode
+from broker_core.producer.routing import CustomRouter, MessageRouter, PartitionsRoutingMode, router_for
 
 _LOG = logging.getLogger(__name__)
 _NAME_COUNTER = itertools.count()
@@ -51,7 +49,7 @@ class NonPersistentProducer:
 
     def __init__(
         self,
-        client: Client,
+        client: HandleOwner,
         topic: TopicName,
         partitions: list[TopicName],
         *,
@@ -208,7 +206,7 @@ class NonPersistentProducer:
 
 
 def create_non_persistent_producer(
-    client: Client,
+    client: HandleOwner,
     topic: str,
     *,
     producer_name: str | None,

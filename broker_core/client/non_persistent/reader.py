@@ -11,8 +11,9 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from broker_core.client.context import HandleOwner
 from broker_core.client.non_persistent.handles import registry_of, track
 from broker_core.client.non_persistent.receiver_queue import wait_next
 from broker_core.client.non_persistent.refusals import seek_refused, unsupported
@@ -20,9 +21,6 @@ from broker_core.errors import AlreadyClosed, Timeout
 from broker_core.message import Message, Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
-
-if TYPE_CHECKING:
-    from broker_core.client.client import Client
 
 _LOG = logging.getLogger(__name__)
 
@@ -33,7 +31,7 @@ class NonPersistentReader:
 
     def __init__(
         self,
-        client: Client,
+        client: HandleOwner,
         topic: TopicName,
         partitions: list[TopicName],
         *,
@@ -126,7 +124,7 @@ class NonPersistentReader:
 
 
 def create_non_persistent_reader(
-    client: Client,
+    client: HandleOwner,
     topic: str,
     *,
     start_message_id: MessageId,

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from broker_core.backoff import MultiplierRedeliveryBackoff
+from broker_core.client.context import HandleOwner
 from broker_core.client.non_persistent.consumer import NonPersistentConsumer
 from broker_core.client.non_persistent.handles import registry_of
 from broker_core.client.non_persistent.refusals import unsupported
 from broker_core.client.policies import ConsumerBatchReceivePolicy, ConsumerDeadLetterPolicy, RegexSubscriptionMode
-from broker_core.cursor import ConsumerType
 from broker_core.errors import InvalidConfiguration
 from broker_core.message import Schema
 from broker_core.naming import NamespaceName, TopicName
-
-if TYPE_CHECKING:
-    from broker_core.client.client import Client
+from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
+from broker_core.subscription.cursor import ConsumerType
 
 
 def is_non_persistent_subscription(topics: list[TopicName], pattern: re.Pattern[str] | None) -> bool:
@@ -59,7 +57,7 @@ def check_pattern_mode(mode: RegexSubscriptionMode, *, non_persistent: bool, pat
         )
 
 
-def list_non_persistent_topics(client: Client, namespace: NamespaceName) -> list[str]:
+def list_non_persistent_topics(client: HandleOwner, namespace: NamespaceName) -> list[str]:
     """Non-persistent topics of a namespace that this process knows: partitioned ones (their metadata
     is stored) and every topic a producer, consumer or reader of this process has used."""
     names = {t for t in client._broker.admin.list_topics(str(namespace)) if t.startswith("non-persistent://")}
@@ -71,7 +69,7 @@ def list_non_persistent_topics(client: Client, namespace: NamespaceName) -> list
 
 
 def subscribe_non_persistent(
-    client: Client,
+    client: HandleOwner,
     topics: list[TopicName],
     subscription: str,
     *,

@@ -16,7 +16,7 @@ import time
 _DIR = os.environ.get("PUBSUB_TEST_PAUSE_DIR")
 
 if _DIR:
-    from broker_core import topic_log
+    from broker_core.topic import topic_log
 
     _commit_staged = topic_log.TopicLog.commit_staged
 

@@ -4,23 +4,30 @@ The three mappings of Pulsar 4.x, one module each: ``ConsistentHashingSelector``
 under ``subscriptionKeySharedUseConsistentHashing``, the 4.x default), ``AutoSplitHashRangeSelector``
 (``AUTO_SPLIT`` with consistent hashing off) and ``StickySelector`` (``STICKY``); ``selector_for``
 picks one.  ``base`` holds what they share.
+
+May import: the base modules (``errors``, ``hashing``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from broker_core.key_shared.auto_split import (
+from broker_core.subscription.key_shared.auto_split import (
     DEFAULT_RANGE_SIZE,
     AutoSplitHashRangeSelector,
     check_range_size,
     end_keys_from_regions,
 )
-from broker_core.key_shared.auto_split import join as auto_split_join
-from broker_core.key_shared.auto_split import leave as auto_split_leave
-from broker_core.key_shared.base import HASH_RANGE_SIZE, KeySharedConsumer, KeySharedMode, KeySharedSelector
-from broker_core.key_shared.consistent import DEFAULT_POINTS_PER_CONSUMER, ConsistentHashingSelector
-from broker_core.key_shared.sticky import StickySelector
+from broker_core.subscription.key_shared.auto_split import join as auto_split_join
+from broker_core.subscription.key_shared.auto_split import leave as auto_split_leave
+from broker_core.subscription.key_shared.base import (
+    HASH_RANGE_SIZE,
+    KeySharedConsumer,
+    KeySharedMode,
+    KeySharedSelector,
+)
+from broker_core.subscription.key_shared.consistent import DEFAULT_POINTS_PER_CONSUMER, ConsistentHashingSelector
+from broker_core.subscription.key_shared.sticky import StickySelector
 
 
 def selector_for(

@@ -16,7 +16,7 @@ every internal topic of a topic:
   fold is vectorised (``group_by(key).max(offset)`` and ``is_in``), never a Python loop per row.
 - **Safe to kill, safe beside producers and consumers.** The log is only read; the view file is
   written under a fresh name and fsynced before a new pointer version names it (put-if-absent), so
-  readers see the old view or the new one (``broker_core/compacted_view.py``).  Orphaned files are
+  readers see the old view or the new one (``broker_core/topic/compacted_view.py``).  Orphaned files are
   left for vacuum.
 
 The functions below the entry point are shared with the Spark job (``spark_pubsub/jobs.py``), which
@@ -35,7 +35,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from broker_core.compacted_view import (
+from broker_core.errors import InvalidConfiguration
+from broker_core.jobs.progress import JobProgress
+from broker_core.log.segment import decode_segment
+from broker_core.log.snapshot import Snapshot
+from broker_core.naming import TopicName
+from broker_core.storage import FileIO
+from broker_core.topic.compacted_view import (
     POSITION_FIELDS,
     VIEW_SCHEMA,
     ViewPointer,
@@ -44,16 +50,10 @@ from broker_core.compacted_view import (
     new_view_file,
     view_store,
 )
-from broker_core.errors import InvalidConfiguration
-from broker_core.jobs.progress import JobProgress
-from broker_core.log.snapshot import Snapshot
-from broker_core.naming import TopicName
-from broker_core.segment import decode_segment
-from broker_core.storage import FileIO
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 if TYPE_CHECKING:
-    from broker_core.broker import Broker
+    from broker_core.broker.broker import Broker
 
 SLICE_ROWS = 1 << 20
 """Log rows folded into the running view at a time (bounds memory; large enough to vectorise well)."""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker_core.errors import DirectoryGone, ProducerBusy, ProducerFenced, TopicDeleted
-from broker_core.state_store import VersionedState
+from broker_core.log.state_store import VersionedState
 from broker_core.storage import FileIO
 
 

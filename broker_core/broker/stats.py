@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from broker_core.broker import Broker
-from broker_core.cursor import ConsumerType
-from broker_core.cursor_store import list_subscriptions
-from broker_core.dispatch import claim_owners, cursor_selector
+from broker_core.broker.broker import Broker
 from broker_core.naming import TopicName
-from broker_core.producer_registry import ProducerRegistry
+from broker_core.producer.registry import ProducerRegistry
+from broker_core.subscription.cursor import ConsumerType
+from broker_core.subscription.cursor_store import list_subscriptions
+from broker_core.subscription.dispatch import claim_owners, cursor_selector
 
 
 def subscription_stats(broker: Broker, topic: TopicName, subscription: str, *, now_ms: int) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from broker_core.config import BrokerConfig
 from broker_core.errors import InvalidConfiguration, NamespaceNotFound
+from broker_core.log.state_store import VersionedState
 from broker_core.naming import NamespaceName, TopicName
-from broker_core.state_store import VersionedState
 from broker_core.storage import FileIO
 
 BacklogQuotaPolicy = Literal["producer_request_hold", "producer_exception", "consumer_backlog_eviction"]

@@ -25,13 +25,13 @@ from typing import Any
 import numpy as np
 
 from broker_core.errors import ConsumerBusy, NotAllowedError
-from broker_core.key_shared import (
+from broker_core.subscription.key_shared import (
     DEFAULT_RANGE_SIZE,
     auto_split_join,
     auto_split_leave,
     end_keys_from_regions,
 )
-from broker_core.ranges import RangeSet
+from broker_core.subscription.ranges import RangeSet
 
 
 class ConsumerType(enum.IntEnum):

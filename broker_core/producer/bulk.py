@@ -19,10 +19,10 @@ import pyarrow.compute as pc
 
 from broker_core.errors import BrokerPersistenceError, InvalidConfiguration, InvalidMessage, LogCorrupted, MessageTooBig
 from broker_core.hashing import HashingScheme, sticky_key_hash_array
-from broker_core.routing import RoundRobinRouter, partitions_for_keys
-from broker_core.segment import SEGMENT_SCHEMA, TIMESTAMP, CompressionType, codec_of
+from broker_core.log.segment import SEGMENT_SCHEMA, TIMESTAMP, CompressionType, codec_of
+from broker_core.producer.routing import RoundRobinRouter, partitions_for_keys
 from broker_core.storage import FileIO
-from broker_core.topic_log import AppendResult, StagedSegment, TopicLog
+from broker_core.topic.topic_log import AppendResult, StagedSegment, TopicLog
 
 _TEXT = (pa.string(), pa.large_string())
 _BYTES = (pa.binary(), pa.large_binary())

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from broker_core.broker import Broker
-from broker_core.bulk import append_partitioned, route_rows, to_segment_rows
+from broker_core.broker.broker import Broker
 from broker_core.client.dead_letters import (
     DEFAULT_MAX_RECONSUME_TIMES,
     REAL_TOPIC,
@@ -25,6 +24,7 @@ from broker_core.client.dead_letters import (
 from broker_core.errors import InvalidMessage
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
+from broker_core.producer.bulk import append_partitioned, route_rows, to_segment_rows
 
 FAILED_COLUMNS = ("value", "key", "ordering_key", "properties", "topic", "message_id")
 

@@ -44,11 +44,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from broker_core.errors import LogCorrupted
+from broker_core.log.segment import SEGMENT_SCHEMA
 from broker_core.log.snapshot import Snapshot
-from broker_core.segment import SEGMENT_SCHEMA
-from broker_core.state_store import VersionedState
+from broker_core.log.state_store import VersionedState
 from broker_core.storage import FileIO
-from broker_core.topic_log import TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 COMPACTED_DIR = "_compacted"
 STATE_DIR = f"{COMPACTED_DIR}/state"

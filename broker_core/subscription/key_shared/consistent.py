@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from broker_core.errors import InvalidConfiguration
 from broker_core.hashing import CONSISTENT_HASH_MAX, consistent_sticky_hash, consistent_sticky_hashes, murmur3_32_hash
-from broker_core.key_shared.base import (
+from broker_core.subscription.key_shared.base import (
     KeySharedConsumer,
     KeySharedSelector,
     Owners,

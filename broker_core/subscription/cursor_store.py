@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from broker_core.cursor import Cursor
 from broker_core.errors import InvalidConfiguration
-from broker_core.state_store import VersionedState
+from broker_core.log.state_store import VersionedState
 from broker_core.storage import FileIO
-from broker_core.waiters import Waiters
+from broker_core.subscription.cursor import Cursor
+from broker_core.topic.waiters import Waiters
 
 _SUBSCRIPTION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,254}$")
 CURSORS_DIR = "_cursors"

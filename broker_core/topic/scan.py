@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from broker_core.compacted_view import CompactedView, load_view
 from broker_core.errors import DataLoss
 from broker_core.storage import file_io_for
-from broker_core.topic_log import TopicLog
+from broker_core.topic.compacted_view import CompactedView, load_view
+from broker_core.topic.topic_log import TopicLog
 
 HASH_SLOTS = 65536
 

@@ -11,51 +11,28 @@ from __future__ import annotations
 import os
 import re
 import threading
-import tomllib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from broker_core.admin import Admin, topic_dir
-from broker_core.config import BrokerConfig, load_broker_config
-from broker_core.cursor import ConsumerType, Cursor, new_cursor
-from broker_core.cursor_store import CursorStore
+from broker_core.broker.admin import Admin, shared_admin
+from broker_core.broker.handles import shared_cursor_store, shared_topic_log
+from broker_core.broker.root import resolve_root
+from broker_core.broker.tenancy import topic_dir
+from broker_core.config import BrokerConfig
 from broker_core.errors import InvalidConfiguration, NotAllowedError
 from broker_core.log.checkpoint import LOG_DIR
 from broker_core.naming import TopicName
-from broker_core.policies import PolicyStore
-from broker_core.root_check import open_root
 from broker_core.schema.attach import SchemaRegistries
-from broker_core.storage import FileIO, LocalFileIO, file_io_for
-from broker_core.topic_log import TopicLog
-from broker_core.watch import ChangeNotifier, PollingNotifier, Unwatch, local_notifier
-
-BROKER_CONF_PATH = "_pubsub/broker.toml"
+from broker_core.storage import FileIO, LocalFileIO
+from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
+from broker_core.subscription.cursor_store import CursorStore
+from broker_core.topic.policies import PolicyStore
+from broker_core.topic.topic_log import TopicLog
+from broker_core.topic.watch import ChangeNotifier, PollingNotifier, Unwatch, local_notifier
 
 _PATTERN_PREFIX = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/")
 _REGISTRY_LOCK = threading.Lock()
-_BROKERS: dict[tuple[str, BrokerConfig | None, tuple[tuple[str, Any], ...]], Broker] = {}
-_TOPIC_LOGS: dict[tuple[str, str], TopicLog] = {}
-_CURSOR_STORES: dict[tuple[str, str, str], CursorStore] = {}
-
-
-def resolve_config(io: FileIO, config: BrokerConfig | str | os.PathLike[str] | None) -> BrokerConfig:
-    """Built-in defaults < ``<root>/_pubsub/broker.toml`` (if present) < an explicit config."""
-    if isinstance(config, BrokerConfig):
-        return config
-    if config is not None:
-        return load_broker_config(config)
-    if io.is_local:
-        if io.exists(BROKER_CONF_PATH):
-            return load_broker_config(io.abs_path(BROKER_CONF_PATH))
-        return BrokerConfig()
-    data = io.read_bytes(BROKER_CONF_PATH)  # on an object store: one GET, parsed in memory
-    if data is None:
-        return BrokerConfig()
-    try:
-        values = tomllib.loads(data.decode())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidConfiguration(f"{io.abs_path(BROKER_CONF_PATH)} is not valid TOML: {exc}") from exc
-    return load_broker_config(None, **values)
+_BROKERS: dict[object, Broker] = {}
 
 
 def notifier_for(io: FileIO, config: BrokerConfig) -> ChangeNotifier:
@@ -68,10 +45,10 @@ def notifier_for(io: FileIO, config: BrokerConfig) -> ChangeNotifier:
 class Broker:
     """Shared per-process state of one storage root."""
 
-    def __init__(self, io: FileIO, config: BrokerConfig) -> None:
+    def __init__(self, io: FileIO, config: BrokerConfig, *, admin: Admin | None = None) -> None:
         self.io = io
         self.config = config
-        self.admin = Admin(io, config)
+        self.admin = admin if admin is not None else Admin(io, config)
         self.policies = PolicyStore(io, config)
         self.schemas = SchemaRegistries(io, self.policies)
         self.notifier = notifier_for(io, config)
@@ -99,16 +76,12 @@ class Broker:
         ``storage_options`` configure an object-store root (``aws_endpoint``, credentials, ...; the
         keys delta-rs uses); brokers of one root opened with different options are separate.
         """
-        io = file_io_for(service_url, storage_options=storage_options)
-        open_root(io, service_url, create_root=create_root)
-        resolved = resolve_config(io, config)
-        io = file_io_for(service_url, fsync=resolved.fsync_enabled, storage_options=storage_options)
-        key = (io.root_uri, resolved, tuple(sorted((storage_options or {}).items())))
+        root = resolve_root(service_url, config, create_root=create_root, storage_options=storage_options)
         with _REGISTRY_LOCK:
-            broker = _BROKERS.get(key)
+            broker = _BROKERS.get(root.key)
             if broker is None:
-                broker = cls(io, resolved)
-                _BROKERS[key] = broker
+                broker = cls(root.io, root.config, admin=shared_admin(root))
+                _BROKERS[root.key] = broker
             return broker
 
     def topic_log(self, topic: TopicName, *, create: bool = True) -> TopicLog:
@@ -117,33 +90,34 @@ class Broker:
             raise NotAllowedError(
                 f"{topic} is non-persistent: it has no log on storage", topic=str(topic)
             )
-        key = (self.io.root_uri, topic_dir(topic))
-        with _REGISTRY_LOCK:
-            log = _TOPIC_LOGS.get(key)
-            if log is None:
-                log = TopicLog(
-                    self.io,
-                    key[1],
-                    checkpoint_interval=self.config.checkpoint_interval,
-                    max_retries=self.config.commit_max_retries,
-                    background_checkpoints=True,
-                )
-                log.watch_with(self._watch(f"{key[1]}/{LOG_DIR}"))
-                _TOPIC_LOGS[key] = log
+        path = topic_dir(topic)
+
+        def open_log() -> TopicLog:
+            log = TopicLog(
+                self.io,
+                path,
+                checkpoint_interval=self.config.checkpoint_interval,
+                max_retries=self.config.commit_max_retries,
+                background_checkpoints=True,
+            )
+            log.watch_with(self._watch(f"{path}/{LOG_DIR}"))
+            return log
+
+        log = shared_topic_log(self.io.root_uri, path, open_log)
         if create and not log.exists():
             log.create(name=str(topic))
         return log
 
     def cursor_store(self, topic: TopicName, subscription: str) -> CursorStore:
         """The shared handle of a subscription's cursor on an internal topic."""
-        key = (self.io.root_uri, topic_dir(topic), subscription)
-        with _REGISTRY_LOCK:
-            store = _CURSOR_STORES.get(key)
-            if store is None:
-                store = CursorStore(self.io, key[1], subscription)
-                store.watch_with(self._watch(store.state.directory))
-                _CURSOR_STORES[key] = store
+        path = topic_dir(topic)
+
+        def open_store() -> CursorStore:
+            store = CursorStore(self.io, path, subscription)
+            store.watch_with(self._watch(store.state.directory))
             return store
+
+        return shared_cursor_store(self.io.root_uri, path, subscription, open_store)
 
     def create_subscription(self, topic: str | TopicName, subscription: str, *, earliest: bool = True) -> bool:
         """Create a durable subscription with no consumer (at the earliest or latest message).
@@ -189,4 +163,4 @@ class Broker:
         return self.admin.topic_partitions(topic, auto_create=auto_create)
 
 
-__all__ = ["BROKER_CONF_PATH", "Broker", "notifier_for", "resolve_config"]
+__all__ = ["Broker", "notifier_for"]

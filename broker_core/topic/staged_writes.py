@@ -15,13 +15,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.append_checks import check_app_ids
 from broker_core.log.actions import Action, Add, Txn
+from broker_core.log.segment import CompressionType, encode_segment, new_segment_name
 from broker_core.log.segment_ref import SegmentRef
 from broker_core.log.snapshot import TXN_NEXT_ENTRY_ID, TXN_NEXT_OFFSET, Snapshot
 from broker_core.log.transaction_log import NothingToCommit
-from broker_core.segment import CompressionType, encode_segment, new_segment_name
 from broker_core.storage import FileIO
+from broker_core.topic.append_checks import check_app_ids
 
 
 @dataclass(frozen=True, slots=True)

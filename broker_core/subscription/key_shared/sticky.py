@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from broker_core.errors import ConsumerAssignError, InvalidConfiguration
 from broker_core.hashing import range_sticky_hashes
-from broker_core.key_shared.base import (
+from broker_core.subscription.key_shared.base import (
     HASH_RANGE_SIZE,
     KeySharedConsumer,
     KeySharedSelector,

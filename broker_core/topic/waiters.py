@@ -12,7 +12,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from broker_core.watch import Unwatch
+from broker_core.topic.watch import Unwatch
 
 WatchStarter = Callable[[Callable[[int], None]], Unwatch]
 

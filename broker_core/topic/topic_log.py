@@ -26,17 +26,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.append_checks import (
-    AppendResult,
-    Rewrite,
-    check_app_ids,
-    check_topic_id,
-    dedup_keep_mask,
-    filter_layout,
-    producer_txns,
-)
 from broker_core.errors import DirectoryGone, ProducerFenced, SegmentCorrupted, TopicDeleted
 from broker_core.log.actions import Action, Add, Metadata, Txn
+from broker_core.log.segment import (
+    SEGMENT_SCHEMA,
+    CompressionType,
+    delta_schema_string,
+    encode_segment,
+    new_segment_name,
+    read_segment_checked,
+)
 from broker_core.log.segment_ref import SegmentRef, layout_messages
 from broker_core.log.snapshot import (
     LEDGER_ID_KEY,
@@ -48,18 +47,19 @@ from broker_core.log.snapshot import (
 )
 from broker_core.log.transaction_log import NothingToCommit, TransactionLog
 from broker_core.message_id import MessageId
-from broker_core.offset_ids import seek_offset, segment_id_arrays
-from broker_core.segment import (
-    SEGMENT_SCHEMA,
-    CompressionType,
-    delta_schema_string,
-    encode_segment,
-    new_segment_name,
-    read_segment_checked,
-)
-from broker_core.staged_writes import StagedSegment, staged_commit_actions, unreferenced, write_staged
 from broker_core.storage import FileIO
-from broker_core.waiters import Waiters
+from broker_core.topic.append_checks import (
+    AppendResult,
+    Rewrite,
+    check_app_ids,
+    check_topic_id,
+    dedup_keep_mask,
+    filter_layout,
+    producer_txns,
+)
+from broker_core.topic.offset_ids import seek_offset, segment_id_arrays
+from broker_core.topic.staged_writes import StagedSegment, staged_commit_actions, unreferenced, write_staged
+from broker_core.topic.waiters import Waiters
 
 _SEGMENT_CACHE_ENTRIES = 4  # always kept, whatever their size
 # Beyond those, decoded segments stay cached up to a byte budget: a consumer's dispatch window spans

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from broker_core.cursor import Cursor
-from broker_core.key_shared import (
+from broker_core.subscription.cursor import Cursor
+from broker_core.subscription.key_shared import (
     DEFAULT_POINTS_PER_CONSUMER,
     AutoSplitHashRangeSelector,
     KeySharedConsumer,
