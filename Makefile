@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(PY) scripts/demo_spark.py --root demo-data
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-quick: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"

@@ -41,6 +41,7 @@ def any_root(request: pytest.FixtureRequest, tmp_path: Path) -> Root:
     """One test, two backends: a fresh folder, and a fresh prefix on the S3 emulator (worker processes
     reach it through the ``AWS_*`` environment the ``moto_s3`` fixture exports, as a deployment would)."""
     if request.param == "local":
+        (tmp_path / "root").mkdir()  # an existing root, as on S3 (a missing one is RootNotFound)
         return Root("local", str(tmp_path / "root"), {})
     server: MotoS3 = request.getfixturevalue("moto_s3")
     return Root("s3", server.fresh_root(), server.storage_options)
