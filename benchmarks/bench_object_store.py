@@ -59,7 +59,9 @@ VALUE = b"x" * 100
 
 def _root(kind: str, tmp: str, moto: Any) -> tuple[str, dict[str, str]]:
     if kind == "local":
-        return os.path.join(tmp, f"local-{uuid.uuid4().hex[:8]}"), {}
+        path = os.path.join(tmp, f"local-{uuid.uuid4().hex[:8]}")
+        os.makedirs(path)  # a missing local root is an error (RootNotFound), as a missing bucket is
+        return path, {}
     options = dict(moto.storage_options)
     if kind in ("standard", "express"):
         options["pubsub_simulated_latency"] = kind
@@ -120,17 +122,23 @@ def throughput(url: str, options: dict[str, str], messages: int, partitions: int
 
 
 def consumer_main(args: dict[str, Any]) -> None:
-    """The consumer process of (b): receive and ack ``count`` messages, print latencies and requests."""
+    """The consumer process of (b): receive and ack ``count`` messages, print latencies and requests;
+    each receive time goes to ``args["out"]`` by sequence id (for the commit -> receive split)."""
     client = Client(args["url"], storage_options=args["options"])
     consumer = client.subscribe("e2e", "bench")
     print("ready", flush=True)
     before = _counts(client)
     latencies = []
+    received = np.zeros(args["count"], dtype=np.float64)
     for _ in range(args["count"]):
         msg = consumer.receive(timeout_millis=120_000)
+        now_s = time.time()
         consumer.acknowledge(msg)
-        latencies.append(time.time() * 1000 - msg.publish_timestamp())
+        latencies.append(now_s * 1000 - msg.publish_timestamp())
+        if 0 <= msg.sequence_id() < args["count"]:
+            received[msg.sequence_id()] = now_s
     after = _counts(client)
+    np.save(args["out"], received)
     lat = np.array(latencies)
     print(json.dumps({"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)),
                       "requests": _delta(after, before, 1000 / args["count"]) if after else {}}), flush=True)
@@ -138,15 +146,25 @@ def consumer_main(args: dict[str, Any]) -> None:
     os._exit(0)
 
 
-def end_to_end(url: str, options: dict[str, str], seconds: float, rate: int) -> dict[str, Any]:
+def end_to_end(url: str, options: dict[str, str], seconds: float, rate: int, tmp: str) -> dict[str, Any]:
+    """Send -> receive latency, and its consumer-side share: from the end of the commit that made a
+    message visible (the producer's callback, after the commit's PUT returned) to its receive."""
     count = int(seconds * rate)
+    out = os.path.join(tmp, f"received-{uuid.uuid4().hex[:8]}.npy")
     Client(url, storage_options=options).close()  # the root exists before the consumer opens it
     proc = subprocess.Popen([sys.executable, __file__, "--consumer",
-                             json.dumps({"url": url, "options": options, "count": count})],
+                             json.dumps({"url": url, "options": options, "count": count, "out": out})],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     client = Client(url, storage_options=options)
+    committed = np.zeros(count, dtype=np.float64)
+
+    def done_at(index: int) -> Any:
+        def done(_result: Any, _msg_id: Any) -> None:
+            committed[index] = time.time()
+        return done
+
     try:
         producer = client.create_producer("e2e", batching_enabled=True, block_if_queue_full=True)
         t0 = time.perf_counter()
@@ -155,11 +173,14 @@ def end_to_end(url: str, options: dict[str, str], seconds: float, rate: int) -> 
             delay = target - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)  # pacing at the offered rate, not synchronisation
-            producer.send_async(VALUE, None)
+            producer.send_async(VALUE, done_at(i))
         producer.flush()
-        out = json.loads(proc.stdout.readline())
+        out_json = json.loads(proc.stdout.readline())
         proc.wait(timeout=60)
-        return dict(out)
+        visible = (np.load(out) - committed) * 1000
+        out_json["visible_p50"] = float(np.percentile(visible, 50))
+        out_json["visible_p99"] = float(np.percentile(visible, 99))
+        return dict(out_json)
     finally:
         client.close()
 
@@ -185,6 +206,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of the end-to-end run per root")
     parser.add_argument("--quick", action="store_true", help="smaller runs")
+    parser.add_argument("--only", choices=["a", "b", "c", "d"], action="append",
+                        help="run only these parts (repeatable); default: all")
+    parser.add_argument("--kinds", default="local,moto,standard,express",
+                        help="comma-separated roots to measure (default: all four)")
     parser.add_argument("--consumer", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.consumer:
@@ -194,13 +219,15 @@ def main() -> None:
 
     moto = start_moto()
     os.environ.update(moto.environment)
-    kinds = ["local", "moto", "standard", "express"]
+    kinds = args.kinds.split(",")
+    parts = set(args.only or "abcd")
     scale = 0.4 if args.quick else 1.0
     try:
         with tempfile.TemporaryDirectory() as tmp:
+            print(f"load average {os.getloadavg()[0]:.1f}")
             print("a. commits/s (100-row appends)  [requests per commit]")
             base = None
-            for kind in kinds:
+            for kind in kinds if "a" in parts else []:
                 url, options = _root(kind, tmp, moto)
                 n = int((60 if kind in ("local", "moto") else 12) * scale) or 5
                 rate, per = commits_per_s(url, options, n)
@@ -208,17 +235,19 @@ def main() -> None:
                 print(f"   {kind:9s} {rate:8.1f} commits/s  ({rate / base:5.2f}x local)  {per}")
             print(f"b. send->receive->ack latency at 2,000 msg/s for {args.seconds * scale:.0f} s  "
                   "[requests / 1,000 msgs, consumer]")
-            for kind in kinds:
+            for kind in kinds if "b" in parts else []:
                 url, options = _root(kind, tmp, moto)
-                res = end_to_end(url, options, args.seconds * scale, 2000)
+                res = end_to_end(url, options, args.seconds * scale, 2000, tmp)
                 goal = GOALS_MS.get(kind)
                 verdict = ""
                 if goal:
                     met = res["p50"] <= goal[0] and res["p99"] <= goal[1]
                     verdict = f"goal p50<={goal[0]} p99<={goal[1]}: {'MET' if met else 'MISSED'}"
                 print(f"   {kind:9s} p50 {res['p50']:7.1f} ms  p99 {res['p99']:7.1f} ms  {verdict}  {res['requests']}")
+                print(f"   {'':9s}   consumer side (commit visible -> receive): p50 {res['visible_p50']:7.1f} ms  "
+                      f"p99 {res['visible_p99']:7.1f} ms")
             print("c. producer throughput, 100 B messages  [requests / 1,000 msgs, producer]")
-            for kind in kinds:
+            for kind in kinds if "c" in parts else []:
                 for partitions, tuned in ((1, True), (8, True), (1, False)):
                     url, options = _root(kind, tmp, moto)
                     messages = int((40_000 if tuned else 10_000) * scale)
@@ -231,7 +260,7 @@ def main() -> None:
                         verdict = f"goal >= {want}: {'MET' if rate >= want else 'MISSED'}"
                     print(f"   {kind:9s} {label:26s} {rate:9.0f} msg/s  {verdict}  {per}")
             print("d. an idle subscription: requests per second while a consumer waits in receive()")
-            for kind in ("moto", "standard"):
+            for kind in ("moto", "standard") if "d" in parts else ():
                 url, options = _root(kind, tmp, moto)
                 print(f"   {kind:9s} {idle_requests_per_s(url, options, 5.0 * scale)}")
     finally:
