@@ -34,6 +34,11 @@ from broker_core.topic.watch import PollSchedule
 
 _LOG = logging.getLogger(__name__)
 
+CURSOR_POLL_MIN_S = 5.0
+"""On object stores, a consumer re-reads its cursor from storage at most this often (or once per
+``newEntriesCheckMaxDelayMillis`` if longer); what changes it between reads is another process's
+release, nack, seek or membership, which a claim (that re-reads it) or the next read picks up."""
+
 
 class ConsumerAcks(ConsumerBase):
     """A consumer's state and its acknowledgment thread; the dispatcher and the public API build on it."""
@@ -96,6 +101,10 @@ class ConsumerAcks(ConsumerBase):
         self._deliver_ahead_ms = config.delayed_delivery_lookahead_ms  # Pulsar's non-strict tick cutoff
         self._poll_s = client._poll_ms / 1000
         self._schedule = PollSchedule(self._poll_s, config.new_entries_check_max_delay_millis / 1000)
+        # a folder's cursor is re-read every round (a stat); an object store's at most every
+        # CURSOR_POLL_MIN_S (or idle cap): each read is a billed GET, and an ack flush in flight would
+        # make the round wait for its round trips.  The log's next version is what each poll reads.
+        self._cursor_max_age_s = 0.0 if client._broker.io.is_local else max(CURSOR_POLL_MIN_S, self._schedule.max_s)
         self._ack_group_s = 0.1
         self._clock = client._clock
         self._real_clock = isinstance(self._clock, SystemClock)
@@ -105,6 +114,7 @@ class ConsumerAcks(ConsumerBase):
         self._unacked: dict[tuple[int, int], tuple[Message, float | None]] = {}
         self._pending_acks: dict[int, list[int]] = {}
         self._pending_cumulative: dict[int, int] = {}
+        self._flushing: tuple[dict[int, list[int]], dict[int, int]] = ({}, {})  # being committed now
         self._redeliveries: dict[int, list[int]] = {}
         self._nacks: list[tuple[float, Message]] = []
         self._wake = threading.Event()
@@ -157,10 +167,14 @@ class ConsumerAcks(ConsumerBase):
                 time.sleep(self._poll_s)
 
     def _flush_acks(self) -> None:
+        """Commit the pending acknowledgments.  While they are in flight they stay visible to the
+        dispatcher as ``_flushing`` (an in-order read must find each of them in the cursor or held
+        locally, never neither), so the dispatcher never waits for the flush's round trips."""
         with self._flush_lock:
             with self._cv:
                 acks, self._pending_acks = self._pending_acks, {}
                 cumulative, self._pending_cumulative = self._pending_cumulative, {}
+                self._flushing = (acks, cumulative)
             try:
                 self._commit_acks(acks, cumulative)
             except BaseException:
@@ -170,6 +184,9 @@ class ConsumerAcks(ConsumerBase):
                     for source, upto in cumulative.items():
                         self._pending_cumulative[source] = max(self._pending_cumulative.get(source, -1), upto)
                 raise
+            finally:
+                with self._cv:
+                    self._flushing = ({}, {})
 
     def _commit_acks(self, acks: dict[int, list[int]], cumulative: dict[int, int]) -> None:
         for source in set(acks) | set(cumulative):

@@ -161,21 +161,25 @@ class ConsumerDispatch(ConsumerAcks):
             space = self._capacity() - len(self._queue)
             if space <= 0:  # (receive wakes this thread when the queue falls below half)
                 return changed
-            # in-order reads: an ack being flushed must be in the cursor or still pending, never neither
-            with contextlib.nullcontext() if claims else self._flush_lock:
-                version, cursor = part.store.load()
-                if cursor is None:
-                    part.log.snapshot()  # the cursor vanished: TopicDeleted here if the topic went with it
-                    continue
-                # skip a part when nothing it depends on changed since it was last found drained
-                log_version = part.log.snapshot().version
-                marker = (log_version, version, now_ms // self._tick_ms if self._delayed else 0)
-                if self._versions.get(index) != (log_version, version):  # storage changed: not idle
-                    self._versions[index] = (log_version, version)
+            # in-order reads: what this consumer holds, then the cursor.  An acknowledgment is pending,
+            # being flushed (both held) or committed (in the cursor, which is read after): never neither
+            held = None if claims else self._held_locally(index)
+            version, cursor = part.store.load(max_age_s=self._cursor_max_age_s)
+            if cursor is None:
+                part.log.snapshot()  # the cursor vanished: TopicDeleted here if the topic went with it
+                continue
+            # skip a part when nothing it depends on changed since it was last found drained
+            log_version = part.log.snapshot().version
+            marker = (log_version, version, now_ms // self._tick_ms if self._delayed else 0)
+            previous = self._versions.get(index)
+            if previous != (log_version, version):  # storage changed: not idle
+                self._versions[index] = (log_version, version)
+                # ... unless only this process wrote the cursor (a lease renewal, an ack): no news, and
+                # resetting the backoff for it would cost an object store a burst of polls each time
+                if previous is None or previous[0] != log_version or not part.store.written_here(version):
                     changed = True
-                if self._seen.get(index) == marker:
-                    continue
-                held = None if claims else self._held_locally(index)
+            if self._seen.get(index) == marker:
+                continue
             if held is None:
                 offsets, cursor = part.claim(now_ms=now_ms, limit=space, delayed_enabled=self._delayed,
                                              deliver_ahead_ms=self._deliver_ahead_ms)
@@ -205,12 +209,13 @@ class ConsumerDispatch(ConsumerAcks):
         highest cumulative acknowledgment not flushed yet (-1 if none)."""
         with self._cv:
             local: set[int] = set(self._pending_acks.get(index, ()))
+            local.update(self._flushing[0].get(index, ()))
             local.update(self._redeliveries.get(index, ()))
             held_msgs = [m for m, _ in self._unacked.values()] + list(self._queue)
             for msg in held_msgs + [m for _, m in self._nacks]:
                 if msg._source == index:
                     local.update(msg._chunk_offsets or [msg._offset])
-            return local, self._pending_cumulative.get(index, -1)
+            return local, max(self._pending_cumulative.get(index, -1), self._flushing[1].get(index, -1))
 
     def _read_in_order(
         self, part: SubscriptionPart, cursor: Cursor, now_ms: int, space: int, held_locally: tuple[set[int], int]

@@ -30,7 +30,9 @@ _MIN_SCAN_ROWS = 256  # ... and at least this much, else twice what it may take:
 
 
 class Store(Protocol):
-    def load(self) -> tuple[int, Cursor | None]: ...
+    def load(self, *, max_age_s: float = 0.0) -> tuple[int, Cursor | None]: ...
+
+    def written_here(self, version: int) -> bool: ...
 
     def update(self, fn: Callable[[Cursor | None], Cursor | None]) -> Cursor | None: ...
 
@@ -47,8 +49,11 @@ class MemoryCursorStore:
         self._version = -1
         self._lock = threading.Lock()
 
-    def load(self) -> tuple[int, Cursor | None]:
+    def load(self, *, max_age_s: float = 0.0) -> tuple[int, Cursor | None]:
         return self._version, self._cursor
+
+    def written_here(self, version: int) -> bool:
+        return True  # nobody else sees this cursor
 
     def update(self, fn: Callable[[Cursor | None], Cursor | None]) -> Cursor | None:
         with self._lock:

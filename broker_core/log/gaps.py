@@ -22,6 +22,22 @@ from broker_core.storage import FileIO
 
 COMMIT_RE = re.compile(r"^(\d{20})\.json$")
 
+LOCAL_VERIFY_PERIOD_S = 1.0
+REMOTE_VERIFY_PERIOD_S = 10.0
+
+
+def verify_period_s(io: FileIO) -> float:
+    """How often an idle poller re-checks its cached tip: that the version it is at still exists (log
+    cleanup may have deleted it; the poller then reloads) and that no gap hides newer commits.
+
+    Polling itself is one read of the next version; these checks are extra requests that find
+    something only after a cleanup (which deletes versions days old) or damage.  A ``stat`` of a
+    folder costs microseconds, so local roots check every second; on an object store each is a
+    billed HEAD, so an idle consumer checks every ``REMOTE_VERIFY_PERIOD_S`` and its idle poll stays
+    one GET (``docs/DECISIONS.md``, the cost model in ``docs/PROTOCOL.md``).
+    """
+    return LOCAL_VERIFY_PERIOD_S if io.is_local else REMOTE_VERIFY_PERIOD_S
+
 
 def commit_path(table_path: str, version: int) -> str:
     return f"{table_path}/{LOG_DIR}/{version:020d}.json"
@@ -68,4 +84,7 @@ def check_no_gap(io: FileIO, table_path: str, version: int, *, listed: bool) -> 
     raise gap_error(table_path, version + 1, later)
 
 
-__all__ = ["COMMIT_RE", "check_no_gap", "commit_path", "commit_versions", "gap_error", "later_commit"]
+__all__ = [
+    "COMMIT_RE", "LOCAL_VERIFY_PERIOD_S", "REMOTE_VERIFY_PERIOD_S", "check_no_gap", "commit_path", "commit_versions",
+    "gap_error", "later_commit", "verify_period_s",
+]

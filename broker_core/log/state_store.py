@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from broker_core.errors import CommitConflict, LogCorrupted
+from broker_core.log.gaps import verify_period_s
 from broker_core.storage import FileIO
 
 _LOG = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ class VersionedState:
         self._doc: Document | None = None
         self._fresh = False  # the last ``latest`` read the current document (rather than trusting the cache)
         self._cleaner: threading.Thread | None = None
+        self._verify_period_s = verify_period_s(io)
+        self._verified_s = -float("inf")  # when the cached version was last seen or checked on storage
 
     def _path(self, version: int) -> str:
         return f"{self.directory}/{version:020d}.json"
@@ -116,6 +119,7 @@ class VersionedState:
 
     def _relist(self) -> None:
         self._fresh = True
+        self._verified_s = time.monotonic()
         versions = sorted(int(m.group(1)) for n in self.io.list_dir(self.directory) if (m := _VERSION_RE.match(n)))
         newest_damaged: LogCorrupted | None = None
         top = -1
@@ -134,6 +138,11 @@ class VersionedState:
 
     def latest(self) -> tuple[int, Document | None]:
         """The newest version and document (-1, None when nothing was ever written)."""
+        return self._latest(verify=True)
+
+    def _latest(self, *, verify: bool) -> tuple[int, Document | None]:
+        """``latest``; ``verify=False`` skips the cleaned-up check, for ``update``, which re-reads the
+        cached version before building on it anyway (``_unchanged``)."""
         with self._lock:
             self._fresh = False
             if self._version < 0:
@@ -145,12 +154,23 @@ class VersionedState:
                     continue
                 if nxt is not None:
                     self._version, self._doc, self._fresh = self._version + 1, nxt, True
+                    self._verified_s = time.monotonic()  # just read: it exists
                     continue
-                if self._version >= 0 and (not self.io.exists(self._path(self._version))
-                                           or self._version < self._floor()):
+                if verify and self._version >= 0 and self._cleaned_up():
                     self._relist()  # our cached version was cleaned up: find the newest again
                     continue
                 return self._version, None if self._doc is None else _strip(dict(self._doc))
+
+    def _cleaned_up(self) -> bool:
+        """Was the cached version deleted by cleanup (or the state re-created)?  Checked at most once per
+        ``gaps.verify_period_s`` of a caller polling an unchanged state: those two requests (a HEAD and
+        a GET of the floor) would otherwise double what an idle poll costs on an object store.  An
+        update never builds on a stale cached version anyway: it first re-reads it (``_unchanged``)."""
+        now = time.monotonic()
+        if now - self._verified_s < self._verify_period_s:
+            return False
+        self._verified_s = now
+        return not self.io.exists(self._path(self._version)) or self._version < self._floor()
 
     def update(self, fn: Callable[[Document | None], Document | None]) -> tuple[int, Document | None]:
         """Commit ``fn(latest)`` as the next version; ``fn`` returning None means no change.
@@ -159,7 +179,7 @@ class VersionedState:
         """
         with self._lock:
             for attempt in range(1, self.max_retries + 1):
-                version, doc = self.latest()
+                version, doc = self._latest(verify=False)
                 raw = self._doc
                 if version >= 0 and not self._fresh and not self._unchanged(version, raw):
                     self._relist()  # the cached version is another document now (a re-created topic)
@@ -177,6 +197,7 @@ class VersionedState:
                         self._relist()
                         continue
                     self._version, self._doc = version + 1, stamped
+                    self._verified_s = time.monotonic()
                     if (version + 1) % self.keep_versions == 0:
                         self._cleanup_soon(version + 1)
                     return self._version, new_doc

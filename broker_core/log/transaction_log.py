@@ -44,7 +44,7 @@ from broker_core.log.checkpoint import (
     write_checkpoint,
 )
 from broker_core.log.gaps import COMMIT_RE as _COMMIT_RE
-from broker_core.log.gaps import check_no_gap, commit_path, gap_error
+from broker_core.log.gaps import check_no_gap, commit_path, gap_error, verify_period_s
 from broker_core.log.snapshot import Snapshot
 from broker_core.storage import FileIO
 
@@ -93,6 +93,7 @@ class TransactionLog:
         self._pending_checkpoints: deque[Snapshot] = deque()
         self._checkpointer: threading.Thread | None = None
         self._checkpoint_lock = threading.Lock()
+        self._verify_period_s = verify_period_s(io)  # idle checks of the tip: 1 s on a folder, 10 s remote
         self._verified_s = time.monotonic()
         self._last_gap_probe_s = self._verified_s
         self._tip: tuple[int, int] | None = None  # (version, hash of its commit file) of ``_snapshot``
@@ -206,8 +207,9 @@ class TransactionLog:
             _LOG.debug("not healing the log of %s at version %d: %s", self.table_path, snapshot.version, exc)
 
     def _verify_tip(self, snapshot: Snapshot) -> bool:
-        """At most once a second while idle: True when cleanup removed our version (reload), and
-        ``LogCorrupted`` when the next version is missing though a later one exists (a gap)."""
+        """At most once per verify period while idle (``gaps.verify_period_s``): True when cleanup
+        removed our version (reload), and ``LogCorrupted`` when the next version is missing though a
+        later one exists (a gap)."""
         if self._cleaned_up_below(snapshot, rate_limited=True):
             return True
         if self._verified_s == self._last_gap_probe_s:
@@ -223,11 +225,12 @@ class TransactionLog:
         missing ``<v>.json`` means newer versions and a newer checkpoint exist: a handle idle for
         longer than the log retention would otherwise see "no next version" forever, and a commit
         from it would re-create a deleted version number that no reader replays.  Idle polling
-        pays for the extra ``stat`` at most once a second.
+        pays for the extra ``stat`` at most once per ``gaps.verify_period_s`` (1 s on a folder, 10 s on
+        an object store, where it is a billed HEAD).
         """
         if rate_limited:
             now = time.monotonic()
-            if now - self._verified_s < 1.0:
+            if now - self._verified_s < self._verify_period_s:
                 return False
             self._verified_s = now
         return not self.io.exists(commit_path(self.table_path, snapshot.version))

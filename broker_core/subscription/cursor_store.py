@@ -8,7 +8,9 @@ their next poll, which is a stat of the next version file.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
+from typing import Any
 
 from broker_core.errors import InvalidConfiguration
 from broker_core.log.state_store import VersionedState
@@ -42,10 +44,23 @@ class CursorStore(Waiters):
         # an older one (acknowledgements since then are redelivered: at least once, never lost silently)
         self.state = VersionedState(io, f"{topic_path}/{CURSORS_DIR}/{subscription}", keep_versions=50,
                                     anchor=topic_path, validate=Cursor.from_json, fall_back=True)
+        self._known: tuple[float, int, dict[str, Any] | None] | None = None  # (when, version, document)
 
-    def load(self) -> tuple[int, Cursor | None]:
-        """The newest cursor version (polls storage); None if the subscription does not exist."""
-        version, doc = self.state.latest()
+    def load(self, *, max_age_s: float = 0.0) -> tuple[int, Cursor | None]:
+        """The newest cursor version (polls storage); None if the subscription does not exist.
+
+        ``max_age_s``: a cursor this process read or wrote less than that long ago is good enough; it
+        comes from memory, with no request and no wait for an update in flight (an acknowledgment
+        flush holds the state's lock for its round trips).  Consumers on object stores poll the
+        cursor that way, once per ``newEntriesCheckMaxDelayMillis`` at most (``docs/DECISIONS.md``):
+        what they deliver is decided by commits that re-read it (claims), never by the cached copy.
+        """
+        known = self._known
+        if max_age_s > 0 and known is not None and time.monotonic() - known[0] < max_age_s:
+            version, doc = known[1], known[2]
+        else:
+            version, doc = self.state.latest()
+            self._known = (time.monotonic(), version, doc)
         if doc is None:
             return version, None
         cursor = Cursor.from_json(doc)
@@ -62,6 +77,7 @@ class CursorStore(Waiters):
             return None if new is None else new.to_json()
 
         version, doc = self.state.update(apply)
+        self._known = (time.monotonic(), version, doc)
         self.notify(written=version)
         if doc is None:
             return None

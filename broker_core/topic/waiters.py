@@ -58,6 +58,11 @@ class Waiters:
         for event in events:
             event.set()
 
+    def written_here(self, version: int) -> bool:
+        """Did this process commit ``version`` (one of its last 64 commits here)?"""
+        with self._lock:
+            return version in self._written
+
     def _stored(self, version: int) -> None:
         """A new version file appeared on storage: wake the waiters unless this process wrote it."""
         with self._lock:
