@@ -97,6 +97,9 @@ class TransactionLog:
         self._verified_s = time.monotonic()
         self._last_gap_probe_s = self._verified_s
         self._tip: tuple[int, int] | None = None  # (version, hash of its commit file) of ``_snapshot``
+        self.on_polled: Callable[[Snapshot, list[Action]], None] | None = None
+        """Called (under the log's lock: must not block) with each commit a poll finds after the cached
+        state, as soon as it is parsed and before the poll reads on (``topic.prefetch``)."""
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -183,6 +186,8 @@ class TransactionLog:
             actions, tip = read
             snapshot = snapshot.apply(snapshot.version + 1, actions)
             replayed += 1
+            if self.on_polled is not None and self._snapshot is not None:  # a poll, not an opening
+                self.on_polled(snapshot, actions)
         self._snapshot = snapshot
         if tip is not None:
             self._tip = (snapshot.version, tip)

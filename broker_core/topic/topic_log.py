@@ -17,6 +17,7 @@ no write of a topic ever re-creates its directory once the deletion has renamed 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 import uuid
@@ -58,6 +59,7 @@ from broker_core.topic.append_checks import (
     producer_txns,
 )
 from broker_core.topic.offset_ids import seek_offset, segment_id_arrays
+from broker_core.topic.prefetch import SegmentPrefetcher
 from broker_core.topic.staged_writes import StagedSegment, staged_commit_actions, unreferenced, write_staged
 from broker_core.topic.waiters import Waiters
 
@@ -100,6 +102,10 @@ class TopicLog(Waiters):
         self._cache: OrderedDict[str, pa.Table] = OrderedDict()
         self._cache_bytes = 0
         self._cache_lock = threading.Lock()
+        self._prefetcher: SegmentPrefetcher | None = None
+        if not io.is_local:  # a GET is a round trip: start it as soon as a polled commit names the file
+            self._prefetcher = SegmentPrefetcher()
+            self.log.on_polled = self._prefetch_added
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -326,6 +332,16 @@ class TopicLog(Waiters):
 
     # -- reading ------------------------------------------------------------------------------------
 
+    def _prefetch_added(self, snapshot: Snapshot, actions: list[Action]) -> None:
+        """A poll found a commit: start reading the segments it adds, if a consumer or reader waits
+        here (``topic.prefetch``).  Segments are ordered by offset, and a commit's adds are its last."""
+        if self._prefetcher is None or not self._events:
+            return
+        added = {a.path for a in actions if isinstance(a, Add)}
+        for seg in snapshot.segments[-len(added):] if added else ():
+            if seg.path in added:
+                self._prefetcher.start(seg.path, functools.partial(read_segment_checked, self.io, self.path, seg))
+
     def segment_table(self, seg: SegmentRef) -> pa.Table:
         """The decoded rows of a segment (small LRU cache: readers fetch a segment piecewise).
 
@@ -338,7 +354,8 @@ class TopicLog(Waiters):
             if cached is not None:
                 self._cache.move_to_end(seg.path)
                 return cached
-        table = read_segment_checked(self.io, self.path, seg)
+        pending = None if self._prefetcher is None else self._prefetcher.take(seg.path)
+        table = read_segment_checked(self.io, self.path, seg) if pending is None else pending.result()
         with self._cache_lock:
             if seg.path not in self._cache:
                 self._cache[seg.path] = table

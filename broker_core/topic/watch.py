@@ -30,6 +30,7 @@ import select
 import struct
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -85,21 +86,29 @@ class PollSchedule:
     up to ``max_s``.
 
     ``idle()`` after a round that found nothing new, ``active()`` after one that found something;
-    ``interval_s`` is how long to wait for a wake-up before polling again.
+    ``interval_s`` is how long to wait for a wake-up before polling again.  The backoff starts only
+    ``grace_s`` (half the cap by default) after the last activity: messages that flow in commits a
+    few hundred milliseconds apart (an object store's commit time) would otherwise find the poller
+    backed off between every two of them, adding up to the interval it had reached to each.  On an
+    object store that grace costs a few dozen GETs after the last commit of a burst.
     """
 
-    __slots__ = ("base_s", "interval_s", "max_s")
+    __slots__ = ("_active_s", "base_s", "grace_s", "interval_s", "max_s")
 
-    def __init__(self, base_s: float, max_s: float) -> None:
+    def __init__(self, base_s: float, max_s: float, *, grace_s: float | None = None) -> None:
         self.base_s = base_s
         self.max_s = max(base_s, max_s)
+        self.grace_s = self.max_s / 2 if grace_s is None else grace_s
         self.interval_s = base_s
+        self._active_s = -float("inf")
 
     def active(self) -> None:
         self.interval_s = self.base_s
+        self._active_s = time.monotonic()
 
     def idle(self) -> None:
-        self.interval_s = min(self.interval_s * 2, self.max_s)
+        if time.monotonic() - self._active_s >= self.grace_s:
+            self.interval_s = min(self.interval_s * 2, self.max_s)
 
 
 # --- inotify (Linux) -----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from broker_core.log.gaps import REMOTE_VERIFY_PERIOD_S
 from broker_core.naming import TopicName
 from broker_core.producer.bulk import to_segment_rows
 from broker_core.subscription import cursor_store
+from broker_core.topic import watch
 from broker_core.topic.topic_log import TopicLog
 
 
@@ -121,7 +122,7 @@ def test_the_first_message_after_ten_idle_minutes_arrives_within_the_default_cap
     ``newEntriesCheckMaxDelayMillis`` (1 s) away and that one round delivers it.  The idle minutes
     cost about one GET a second."""
     fake = FakeTime()
-    for module in (consumer_dispatch, consumer_acks, transaction_log, state_store, cursor_store):
+    for module in (consumer_dispatch, consumer_acks, transaction_log, state_store, cursor_store, watch):
         monkeypatch.setattr(module, "time", fake)
     client = Client(memory_root())
     try:
@@ -143,7 +144,10 @@ def test_the_first_message_after_ten_idle_minutes_arrives_within_the_default_cap
                 rounds += 1
             idle = delta(requests(client), before)
             assert max(waits) <= cap_s
-            assert rounds <= 600 / cap_s + 20  # backed off to the cap within a few rounds, then one per cap
+            # the grace at the base interval after the subscription's first round, a few rounds to
+            # back off to the cap, then one round per cap
+            schedule = consumer._schedule
+            assert rounds <= schedule.grace_s / schedule.base_s + 20 + 600 / cap_s
             # per second: one GET of the next log version; every 5 s a GET of the cursor; every 10 s
             # the tip's two HEADs and the lease renewal (a cursor commit: GETs, a HEAD of the topic's
             # anchor, a PUT).  Before: a GET and HEAD of the cursor and a GET of its floor every poll.

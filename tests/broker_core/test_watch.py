@@ -132,15 +132,30 @@ def test_waiters_watch_only_while_somebody_waits() -> None:
     assert len(stopped) == 1
 
 
-def test_poll_schedule_backs_off_to_its_cap_and_resets() -> None:
+def test_poll_schedule_backs_off_to_its_cap_and_resets(monkeypatch: pytest.MonkeyPatch) -> None:
+    from broker_core.topic import watch
+
+    now = [1000.0]
+    monkeypatch.setattr(watch, "time", type("FakeTime", (), {"monotonic": staticmethod(lambda: now[0])}))
     schedule = PollSchedule(0.01, 0.1)
+    assert schedule.grace_s == 0.05  # half the cap
     seen = []
     for _ in range(6):
         seen.append(schedule.interval_s)
         schedule.idle()
-    assert seen == pytest.approx([0.01, 0.02, 0.04, 0.08, 0.1, 0.1])
+    assert seen == pytest.approx([0.01, 0.02, 0.04, 0.08, 0.1, 0.1])  # never active yet: backs off at once
     schedule.active()
     assert schedule.interval_s == 0.01
+    for _ in range(3):  # within the grace after activity: still the base interval
+        now[0] += 0.01
+        schedule.idle()
+        assert schedule.interval_s == 0.01
+    now[0] += 0.03  # grace over: doubling again, up to the cap
+    seen = []
+    for _ in range(4):
+        schedule.idle()
+        seen.append(schedule.interval_s)
+    assert seen == pytest.approx([0.02, 0.04, 0.08, 0.1])
     assert PollSchedule(0.5, 0.1).max_s == 0.5  # a cap below the base interval never shortens it
 
 
@@ -200,8 +215,9 @@ def test_idle_consumer_backs_off_and_still_gets_the_next_message(tmp_path: Path,
         consumer._tick = counting_tick  # type: ignore[method-assign]
         idle_s = 1.5
         threading.Event().wait(idle_s)  # measuring a rate over a fixed span, not waiting for an event
-        # without backoff: ~idle_s / 5 ms = 200 rounds; with it: a few to reach the cap, then one per cap
-        assert rounds <= 8 + idle_s * 1000 / cap_ms
+        # without backoff: ~idle_s / 5 ms = 200 rounds; with it: the grace after the subscription's
+        # first round (half the cap, at 5 ms), a few to reach the cap, then one per cap
+        assert rounds <= 8 + (cap_ms / 2) / 5 + idle_s * 1000 / cap_ms
         assert consumer._schedule.interval_s == pytest.approx(cap_ms / 1000)
         foreign_append(tmp_path, "t", b"after-idle")
         assert consumer.receive(10_000).data() == b"after-idle"
