@@ -26,6 +26,7 @@ from broker_core import Client, ConsumerType, InitialPosition
 from broker_core.broker.tenancy import topic_dir
 from broker_core.client import consumer_acks, consumer_dispatch
 from broker_core.client.consumer_acks import CURSOR_POLL_MIN_S
+from broker_core.errors import SegmentCorrupted
 from broker_core.log import state_store, transaction_log
 from broker_core.log.gaps import REMOTE_VERIFY_PERIOD_S
 from broker_core.naming import TopicName
@@ -199,5 +200,46 @@ def test_an_ack_flush_in_flight_never_holds_back_an_in_order_read() -> None:
         consumer.close()
         cursor = client._broker.cursor_store(TopicName.parse("t"), "s").load()[1]
         assert cursor is not None and cursor.mark_delete == 3
+    finally:
+        client.close()
+
+
+def test_a_polled_commit_segment_is_fetched_while_the_poll_reads_on() -> None:
+    """A tailing consumer's poll starts the GET of the segment a new commit adds as soon as the commit
+    is parsed; the read that follows takes it (no second request).  Nobody waiting: no prefetch.  A
+    prefetched read that failed fails the read that takes it, as a direct read would."""
+    client = Client(memory_root())
+    try:
+        io = client._broker.io
+        path = topic_dir(TopicName.parse("t"))
+        TopicLog(io, path).create(name="persistent://public/default/t")
+        foreign_append(client, "t", b"first")
+        tail = TopicLog(io, path)
+        tail.snapshot()
+        assert tail._prefetcher is not None
+
+        foreign_append(client, "t", b"nobody waits")
+        snap = tail.snapshot()
+        assert not tail._prefetcher._pending  # a producer or a job polling its log reads nothing ahead
+
+        waiting = threading.Event()
+        tail.add_waiter(waiting)
+        foreign_append(client, "t", b"tailed")
+        snap = tail.snapshot()
+        seg = snap.segments[-1]
+        pending = tail._prefetcher._pending[seg.path]
+        pending.result(timeout=10)  # (the test waits for the background read to finish)
+        before = requests(client)
+        rows = tail.segment_table(seg)
+        assert rows.column("value").to_pylist() == [b"tailed"]
+        assert delta(requests(client), before) == {}  # the read was already done
+
+        foreign_append(client, "t", b"lost")
+        last = TopicLog(io, path).snapshot().segments[-1]
+        io.delete(f"{path}/{last.path}")  # the file goes missing before the poll fetches it
+        snap = tail.snapshot()
+        with pytest.raises(SegmentCorrupted):
+            tail.segment_table(snap.segments[-1])
+        tail.remove_waiter(waiting)
     finally:
         client.close()
