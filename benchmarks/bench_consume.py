@@ -98,7 +98,9 @@ def open_producer(client: Client, delay_ms: int = 10) -> Any:
 
 
 def open_consumer(client: Client) -> Any:
-    return client.subscribe(TOPIC, SUBSCRIPTION, consumer_type=ConsumerType.Shared,
+    # ``--consumer-type`` reaches the worker processes through the environment they inherit
+    consumer_type = ConsumerType[os.environ.get("BENCH_CONSUMER_TYPE", "Shared")]
+    return client.subscribe(TOPIC, SUBSCRIPTION, consumer_type=consumer_type,
                             initial_position=InitialPosition.Earliest, receiver_queue_size=1000)
 
 
@@ -497,7 +499,8 @@ def wakeup(opts: argparse.Namespace) -> None:
                 shutil.rmtree(root, ignore_errors=True)
     sync = "fsync off" if opts.no_fsync else "fsync on"
     print(f"wake-up latency, two processes, {count:,} messages at {opts.rate:,.0f} msg/s, "
-          f"batching_max_publish_delay_ms=1, {sync}, {opts.repeats} run(s) each, interleaved; load average "
+          f"batching_max_publish_delay_ms=1, {sync}, {opts.consumer_type} subscription, "
+          f"{opts.repeats} run(s) each, interleaved; load average "
           f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after")
     print(f"{'(ms)':<28}{'notifications':>15}{'polling':>10}{'ratio':>8}{'goal':>10}{'verdict':>9}")
     for key, title in (("latencies", "send -> receive"), ("visible", "commit -> receive")):
@@ -586,8 +589,11 @@ def main() -> None:
     parser.add_argument("--wakeup", action="store_true",
                         help="only the wake-up latency comparison: notifications vs polling, publish delay 1 ms")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each variant in --wakeup")
+    parser.add_argument("--consumer-type", choices=["Shared", "Exclusive"], default="Shared",
+                        help="subscription type of our consumers (Shared claims in the cursor: a commit per round)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    os.environ.setdefault("BENCH_CONSUMER_TYPE", opts.consumer_type)
     if opts.worker:
         args = json.loads(opts.worker)
         if args["kind"].startswith("redis:"):
