@@ -182,7 +182,9 @@ class ConsumerDispatch(ConsumerAcks):
                 continue
             if held is None:
                 offsets, cursor = part.claim(now_ms=now_ms, limit=space, delayed_enabled=self._delayed,
-                                             deliver_ahead_ms=self._deliver_ahead_ms)
+                                             deliver_ahead_ms=self._deliver_ahead_ms,
+                                             cursor_max_age_s=self._cursor_max_age_s,
+                                             snapshot=part.log.log.cached_snapshot())
                 drained = len(offsets) < space
             else:
                 offsets, drained, cursor = self._read_in_order(part, cursor, now_ms, space, held)
@@ -226,7 +228,7 @@ class ConsumerDispatch(ConsumerAcks):
             part.active = False
             part.read_pos = -1
             return [], True, cursor
-        snap = part.log.snapshot()
+        snap = part.log.log.cached_snapshot()  # this round's poll (``_fill``): a second would be a round trip
         if not part.active or part.read_pos < 0:
             part.active = True
             part.read_pos = cursor.mark_delete

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from broker_core.errors import SubscriptionNotFound
+from broker_core.log.snapshot import Snapshot
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.naming import TopicName
 from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
@@ -190,14 +191,18 @@ class SubscriptionPart:
 
     def claim(
         self, *, now_ms: int, limit: int, delayed_enabled: bool, max_offset: int | None = None,
-        deliver_ahead_ms: int = 0,
+        deliver_ahead_ms: int = 0, cursor_max_age_s: float = 0.0, snapshot: Snapshot | None = None,
     ) -> tuple[list[int], Cursor | None]:
         """Claim up to ``limit`` offsets (Shared / Key_Shared) below ``max_offset`` if given;
-        returns them and the new cursor.  Delayed messages count as due ``deliver_ahead_ms`` early."""
-        _, cursor = self.store.load()
+        returns them and the new cursor.  Delayed messages count as due ``deliver_ahead_ms`` early.
+        ``cursor_max_age_s``: the cursor that plans the read may be that old (``CursorStore.load``);
+        the claim itself commits against the latest one.  ``snapshot``: the log state to claim from
+        (the dispatcher's poll of this round: polling again would cost an object store a round trip);
+        by default the log is polled."""
+        _, cursor = self.store.load(max_age_s=cursor_max_age_s)
         if cursor is None:
             return [], None
-        snap = self.log.snapshot()
+        snap = self.log.snapshot() if snapshot is None else snapshot
         start = max(cursor.mark_delete, snap.first_offset)
         end = min(snap.next_offset, start + _SCAN_ROWS)
         if max_offset is not None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker_core.errors import SegmentCorrupted
+from broker_core.errors import BrokerPersistenceError, SegmentCorrupted
 from broker_core.storage import FileIO
 
 if TYPE_CHECKING:
@@ -186,10 +186,12 @@ def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef) -> pa.Tab
     what = f"segment {path!r} (offsets {seg.base_offset}..{seg.end_offset - 1})"
     fix = ("; restore the file from a backup, or run `pubsub topics check TOPIC --repair --execute` to set it "
            "aside (its messages are then recorded as lost)")
-    if not io.exists(path):
-        raise SegmentCorrupted(f"{what} is missing{fix}", path=path, offset=seg.base_offset)
-    try:
+    try:  # no existence check first: on an object store it would be a round trip of its own
         table = decode_segment(io.open_input(path))
+    except BrokerPersistenceError as exc:  # the FileIO's "missing" (or a storage error: then it exists)
+        if io.exists(path):
+            raise
+        raise SegmentCorrupted(f"{what} is missing{fix}", path=path, offset=seg.base_offset) from exc
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise SegmentCorrupted(f"{what} is unreadable ({exc}){fix}", path=path, offset=seg.base_offset) from exc
     if table.num_rows != seg.num_records:

@@ -243,3 +243,28 @@ def test_a_polled_commit_segment_is_fetched_while_the_poll_reads_on() -> None:
         tail.remove_waiter(waiting)
     finally:
         client.close()
+
+
+@pytest.mark.parametrize(("consumer_type", "expected"), [
+    # the commit, the 404 of the next version, the segment (fetched while the 404 is read)
+    (ConsumerType.Exclusive, {"GET": 3}),
+    # ... and the claim's cursor commit: its next version (404), the version it builds on, the PUT, the
+    # deletion tombstone's HEAD after it and the cleanup floor (state_store.py, D65)
+    (ConsumerType.Shared, {"GET": 6, "HEAD": 1, "PUT": 1}),
+])
+def test_a_round_that_finds_a_commit_makes_no_request_twice(consumer_type: ConsumerType,
+                                                            expected: dict[str, int]) -> None:
+    """Each request of a round is a round trip on an object store: the log is polled once per round
+    (the claim and the in-order read use that poll) and a segment is read without a HEAD first."""
+    client = Client(memory_root())
+    try:
+        consumer = client.subscribe("t", "s", consumer_type=consumer_type, initial_position=InitialPosition.Earliest)
+        with parked(consumer):
+            consumer._tick()
+            foreign_append(client, "t", b"x")
+            before = requests(client)
+            consumer._tick()
+            assert delta(requests(client), before) == expected
+            assert consumer.receive(timeout_millis=0).data() == b"x"
+    finally:
+        client.close()
