@@ -119,7 +119,7 @@ class ConsumerAcks(ConsumerBase):
         self._nacks: list[tuple[float, Message]] = []
         self._wake = threading.Event()
         self._tick_lock = threading.Lock()  # one dispatch round at a time; seek waits for it
-        self._flush_lock = threading.RLock()  # one ack flush at a time; in-order reads see it whole
+        self._flush_lock = threading.RLock()  # one ack flush at a time (its group stays visible: _flushing)
         self._acks_due = threading.Event()  # set by the first acknowledgment of a group
         self._stopping = threading.Event()  # ends the ack thread's grouping wait at close
         self._closed = False
