@@ -3,7 +3,7 @@ throughput and requests per 1,000 messages.
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_object_store.py [--seconds S] [--quick]
+    .venv/bin/python benchmarks/bench_object_store.py [--seconds S] [--quick] [--only a|b|c|d ...] [--kinds ...]
 
 Roots (each measured in the same run, interleaved, so machine load hits them alike):
 
@@ -18,7 +18,10 @@ Measurements:
 a. commits/s: ``TopicLog.append`` of 100 rows, one after another (requests per commit by type);
 b. send -> receive -> ack latency (p50/p99): one producer (this process) sending 100-byte messages at
    2,000 msg/s with default batching, one consumer in another process acknowledging each message;
-   the latency of a message is its ack time minus its publish time (one machine, one clock);
+   the latency of a message is its receive time minus its publish time (one machine, one clock);
+   the consumer's share is printed beside it: from the producer's callback for the commit that made
+   the message visible (just after the commit's PUT and the deletion-tombstone HEAD that follows
+   it, so a round trip after the object appeared) to the receive;
 c. producer throughput on one partition and on 8, configured for throughput (``max_pending_messages``
    10,000, batches of 1,000), and with the default configuration;
 d. requests per 1,000 messages produced (c) and consumed + acknowledged (b), per request type, and
