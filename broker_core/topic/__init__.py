@@ -5,6 +5,7 @@
   segments staged by one process and committed by another, offsets <-> message ids.
 - ``waiters``: in-process wake-ups of readers and consumers waiting for a commit.
 - ``watch``: how a waiter learns of another process's commit (inotify, or polling that backs off).
+- ``prefetch``: on object stores, the segment a polled commit adds is fetched while the poll reads on.
 - ``policies``: namespace and topic policies, most specific wins.
 - ``compacted_view``, ``scan``: the compacted view beside the log, bulk scans for engines.
 
