@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from broker_core.message_id import MessageId
 from broker_core.schema.base import Schema
@@ -124,7 +125,9 @@ class Message:
 
 
 _UNDECODED = object()  # ``RowBatch.value``: no value from the batch, decode the message alone
-_MIN_BATCH_ROWS = 64  # below this, decoding message by message is cheaper than one vectorised pass
+_MIN_BATCH_ROWS = 256  # below this, decoding message by message is cheaper than one vectorised pass
+# (the NumPy pass costs ~0.2 ms whatever the size: at 100 rows it is slower than fastavro per message,
+# from ~250 rows on faster, at 500 rows ~0.8 us a row against ~1.6 us for fastavro and a record)
 
 
 class RowBatch:
@@ -187,6 +190,20 @@ def _values(table: pa.Table, name: str) -> list[Any]:
     return column.to_pylist()
 
 
+def _shared_values(table: pa.Table, name: str) -> list[Any]:
+    """``_values`` of a column that mostly holds one value for a whole read (the producer name, the
+    schema version): then one Python object for every row, not one per row."""
+    column = table.column(name)
+    n = len(column)
+    if column.null_count == n:
+        return [None] * n
+    if column.null_count == 0 and n > 1:
+        distinct = pc.unique(column)
+        if len(distinct) == 1:
+            return [distinct[0].as_py()] * n
+    return column.to_pylist()
+
+
 def _ms(table: pa.Table, name: str) -> list[int | None]:
     """A timestamp column (us) as whole milliseconds."""
     column = table.column(name)
@@ -220,12 +237,12 @@ def messages_from_rows(
     keys = _values(table, "key")
     ordering = _values(table, "ordering_key")
     props = _values(table, "properties")
-    producers = _values(table, "producer_name")
+    producers = _shared_values(table, "producer_name")
     seqs = _values(table, "sequence_id")
     publish = _ms(table, "publish_time")
     event = _ms(table, "event_time")
     deliver = _ms(table, "deliver_at")
-    versions = _values(table, "schema_version")
+    versions = _shared_values(table, "schema_version")
     hashes = _values(table, "sticky_key_hash")
     decodes = schema is not None and schema.batch_decodes and len(values) >= _MIN_BATCH_ROWS
     batch = RowBatch(values, entry_ids.tolist(), batch_indexes.tolist(), ledger_id=ledger_id, partition=partition,

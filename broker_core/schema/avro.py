@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from fastavro._read_common import SchemaResolutionError
 
 from broker_core.errors import PayloadTypeError, PulsarException, SchemaDefinitionError, SchemaNotFound
-from broker_core.schema.avro_vector import Unsupported, decode_records
+from broker_core.schema.avro_vector import Unsupported, decode_unresolved
 from broker_core.schema.base import Schema
 from broker_core.schema.info import SchemaInfo, SchemaType
 from broker_core.schema.record import Record, _plan
@@ -146,8 +146,7 @@ class AvroSchema(Schema):
                 if writer is not None and writer.definition != self._text:
                     return None
         try:
-            definition = _definition_json(self._text)
-            column = decode_records(payloads, definition, definition, _arrow_type(self._text))
+            column = decode_unresolved(payloads, _definition_json(self._text))
         except (Unsupported, pa.ArrowException, ValueError, TypeError, KeyError):
             return None
         return column.to_pylist()  # dicts of plain values: untracked by the garbage collector until used
@@ -213,12 +212,6 @@ def _definition_json(text: str) -> Any:
     """An Avro definition as the JSON the vectorised decoder walks (treat as read-only: it is shared)."""
     return json.loads(text)
 
-
-@lru_cache(maxsize=64)
-def _arrow_type(text: str) -> pa.DataType:
-    from broker_core.schema.columns import avro_arrow_type  # columns builds on this module
-
-    return avro_arrow_type(_definition_json(text))
 
 
 __all__ = ["AvroSchema", "parsed_avro", "pretty", "writer_for_reader", "writer_info", "writer_of"]

@@ -22,8 +22,8 @@ from broker_core import schema as m
 from broker_core.errors import InvalidConfiguration
 from broker_core.schema import avro as avro_module
 
-N = 200
-assert N > 2 * message_module._MIN_BATCH_ROWS
+N = 300
+assert N > message_module._MIN_BATCH_ROWS
 
 
 class Mood(enum.Enum):
