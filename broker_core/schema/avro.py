@@ -122,8 +122,7 @@ class AvroSchema(Schema):
         return self._record_cls._from_datum(datum, trusted=True) if self._record_cls is not None else datum
 
     def decode(self, data: bytes) -> Any:
-        datum = _read(io.BytesIO(data), self._parsed, None)
-        return self._record_cls._from_datum(datum, trusted=True) if self._record_cls is not None else datum
+        return self._result(_read(io.BytesIO(data), self._parsed, None))
 
     def decode_values(self, payloads: pa.Array, versions: pa.Array | None, topic: str) -> list[Any] | None:
         """The values of a whole column of payloads (one segment read) decoded at once, or None when
