@@ -158,7 +158,7 @@ class RowBatch:
         self._schema = schema
         self._column: pa.ChunkedArray | None = column if schema is not None else None
         self._versions: pa.ChunkedArray | None = versions if schema is not None else None
-        self._values: list[Any] | None = None if schema is not None else []
+        self._values: dict[int, Any] | None = None if schema is not None else {}
 
     def message_id(self, row: int) -> MessageId:
         return MessageId._trusted(self.partition, self.ledger_id, self._entries[row], self._indexes[row], self.topic)
@@ -171,11 +171,9 @@ class RowBatch:
             decoded = None
             if self._schema is not None and column is not None and versions is not None:
                 decoded = self._schema.decode_values(column.combine_chunks(), versions.combine_chunks(), self.topic)
-            values = self._values = decoded if decoded is not None else []
-        if not values:
-            return _UNDECODED
-        datum = values[row]
-        values[row] = _UNDECODED
+            # by row, so that taking one is a single ``pop`` (atomic: two threads never get the same datum)
+            values = self._values = dict(enumerate(decoded)) if decoded is not None else {}
+        datum = values.pop(row, _UNDECODED)
         if datum is _UNDECODED:
             return datum
         assert self._schema is not None

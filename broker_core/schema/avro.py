@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from fastavro._read_common import SchemaResolutionError
 
 from broker_core.errors import PayloadTypeError, PulsarException, SchemaDefinitionError, SchemaNotFound
-from broker_core.schema.avro_vector import Unsupported, decode_unresolved
+from broker_core.schema.avro_vector import decode_unresolved
 from broker_core.schema.base import Schema
 from broker_core.schema.info import SchemaInfo, SchemaType
 from broker_core.schema.record import Record, _plan
@@ -128,7 +128,7 @@ class AvroSchema(Schema):
         """The values of a whole column of payloads (one segment read) decoded at once, or None when
         this batch must be decoded message by message (the results would not be the same).
 
-        The NumPy decoder (``avro_vector.decode_records``, the one the Spark source uses) runs only
+        The NumPy decoder (``avro_vector``, the one the Spark source uses) runs only
         when every payload is non-null and was written with this very schema (no resolution): those
         rows give exactly what fastavro gives.  Anything else (other writer versions, tombstones,
         chunks, ciphertext, bad data) returns None, and each message then decodes with fastavro and
@@ -146,8 +146,8 @@ class AvroSchema(Schema):
                     return None
         try:
             column = decode_unresolved(payloads, _definition_json(self._text))
-        except (Unsupported, pa.ArrowException, ValueError, TypeError, KeyError):
-            return None
+        except Exception:  # Unsupported, or anything else: each message decodes alone, or reports its own
+            return None  # error, exactly as without this shortcut
         return column.to_pylist()  # dicts of plain values: untracked by the garbage collector until used
 
     def value_of_datum(self, datum: Any) -> Any:

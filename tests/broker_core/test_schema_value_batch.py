@@ -204,3 +204,18 @@ def test_receive_checks_its_timeout_even_with_messages_queued(client: Client) ->
         assert consumer.receive(10_000).value() == _plain(1)
     finally:
         consumer.close()
+
+
+def test_a_reader_takes_the_batch_path_too(client: Client, fastavro_calls: list[int]) -> None:
+    from broker_core import MessageId
+
+    schema = m.AvroSchema(Plain)
+    sent = [_plain(i) for i in range(N)]
+    _send(client, "readers", schema, sent)
+    reader = client.create_reader("readers", MessageId.earliest, schema=schema)
+    try:
+        msgs = [reader.read_next(10_000) for _ in range(N)]
+    finally:
+        reader.close()
+    assert [msg.value() for msg in msgs] == sent
+    assert not fastavro_calls
