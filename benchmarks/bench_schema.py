@@ -11,8 +11,10 @@ a. baseline: ``fastavro.schemaless_writer`` of every record (as a dict) into its
    ``fastavro.schemaless_reader`` of every payload back (what encoding/decoding alone costs);
 b. producing: ``producer.send_async(record)`` of every ``Record`` with ``AvroSchema`` (batching on)
    and a final ``flush()``: encoding, queueing, Parquet segments and log commits;
-c. consuming: a consumer ``batch_receive``s every message and calls ``value()`` on each (decoding
-   with the writer's version, resolved to the reader's schema), acknowledging cumulatively;
+c. consuming the way an application does by default: ``receive()`` of every message one by one
+   (default receiver queue), ``value()`` on each (decoded with the writer's version, resolved to the
+   reader's schema) and ``acknowledge(msg)`` of each; reported besides: the same with
+   ``batch_receive`` and a cumulative acknowledgment per batch (a 50,000-message receiver queue);
 d. the column decoder alone (``decode_column``) on the same payloads, which Spark uses;
 e. Spark: ``spark.read.format("pubsub")`` of the topic, typed (``value`` a struct) against binary
    (``valueFormat=binary``), each fully materialised with the ``noop`` sink, after one warm-up read.
@@ -24,6 +26,7 @@ the binary read's time.  This is a benchmark, not a test: nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import os
 import shutil
@@ -55,6 +58,31 @@ class Order(m.Record):
     paid = m.Boolean(required=True)
 
 
+class Cost:
+    """Wall time, CPU time of the whole process (all threads) and time in garbage collection of one
+    timed phase.  On a shared machine the wall time of the baseline and of the client are taken at
+    different moments of a changing load; the CPU-time ratio is the steadier figure."""
+
+    def __init__(self) -> None:
+        self.wall_s = self.cpu_s = self.gc_s = 0.0
+        self._gc_start = 0.0
+
+    def _on_gc(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.gc_s += time.perf_counter() - self._gc_start
+
+    def __enter__(self) -> Cost:
+        gc.callbacks.append(self._on_gc)
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall_s, self.cpu_s = time.perf_counter() - self._wall, time.process_time() - self._cpu
+        gc.callbacks.remove(self._on_gc)
+
+
 def progress(text: str) -> None:
     print(f"  .. {text}", file=sys.stderr, flush=True)
 
@@ -82,18 +110,18 @@ def main() -> None:
     parsed = fastavro.parse_schema(Order.schema())
 
     progress("fastavro encode")
-    start = time.perf_counter()
     payloads = []
-    for d in dicts:
-        buffer = io.BytesIO()
-        fastavro.schemaless_writer(buffer, parsed, d)
-        payloads.append(buffer.getvalue())
-    t_encode = time.perf_counter() - start
+    with Cost() as encode_cost:
+        for d in dicts:
+            buffer = io.BytesIO()
+            fastavro.schemaless_writer(buffer, parsed, d)
+            payloads.append(buffer.getvalue())
+    t_encode = encode_cost.wall_s
     progress("fastavro decode")
-    start = time.perf_counter()
-    for p in payloads:
-        fastavro.schemaless_reader(io.BytesIO(p), parsed, None)
-    t_decode = time.perf_counter() - start
+    with Cost() as decode_cost:
+        for p in payloads:
+            fastavro.schemaless_reader(io.BytesIO(p), parsed, None)
+    t_decode = decode_cost.wall_s
 
     root = tempfile.mkdtemp(prefix="bench-schema-")
     try:
@@ -106,17 +134,22 @@ def main() -> None:
                                           block_if_queue_full=True, max_pending_messages=100_000,
                                           max_pending_messages_across_partitions=100_000)
         progress("producing")
-        t_produce = produce(producer, records)
+        produce_cost = produce(producer, records)
+        t_produce = produce_cost.wall_s
         progress("producing the encoded payloads with BytesSchema (the client alone)")
         raw = client.create_producer(TOPIC + "-raw", batching_enabled=True, batching_max_messages=10_000,
                                      batching_max_allowed_size_in_bytes=4 << 20, block_if_queue_full=True,
                                      max_pending_messages=100_000, max_pending_messages_across_partitions=100_000)
-        t_produce_raw = produce(raw, payloads)
+        t_produce_raw = produce(raw, payloads).wall_s
 
-        progress("consuming")
-        t_consume = consume(client, TOPIC, schema, n)
+        del records, dicts  # not needed any more: the consumers' garbage collections need not scan them
+        progress("consuming (receive + value + acknowledge per message)")
+        consume_cost = consume(client, TOPIC, schema, n, "per-message")
+        t_consume = consume_cost.wall_s
         progress("consuming the raw topic with BytesSchema (the client alone)")
-        t_consume_raw = consume(client, TOPIC + "-raw", m.BytesSchema(), n)
+        t_consume_raw = consume(client, TOPIC + "-raw", m.BytesSchema(), n, "per-message-raw").wall_s
+        progress("consuming with batch_receive")
+        t_consume_batch = consume_batches(client, TOPIC, schema, n)
         client.close()
 
         progress("decode_column")
@@ -129,11 +162,16 @@ def main() -> None:
         print(f"   fastavro decode alone          {rate(n, t_decode)}")
         print(f"b. produce (send_async + flush)   {rate(n, t_produce)}")
         print(f"   same, BytesSchema of payloads  {rate(n, t_produce_raw)}  (the client's own cost)")
-        print(f"c. consume (batch_receive+value)  {rate(n, t_consume)}")
+        print(f"c. consume (receive+value+ack)    {rate(n, t_consume)}")
         print(f"   same, BytesSchema              {rate(n, t_consume_raw)}  (the client's own cost)")
+        print(f"   batch_receive+value, cum. ack  {rate(n, t_consume_batch)}")
         print(f"d. decode_column (vectorised)     {rate(n, t_column)}")
         print(goal("   produce vs fastavro encode", t_encode / t_produce, 0.5))
         print(goal("   consume vs fastavro decode", t_decode / t_consume, 0.5))
+        print(f"   batch_receive consume vs fastavro decode: {t_decode / t_consume_batch:.2f}x")
+        print(f"   by CPU time (all threads): produce {encode_cost.cpu_s / produce_cost.cpu_s:.2f}x, "
+              f"consume {decode_cost.cpu_s / consume_cost.cpu_s:.2f}x; garbage collection took "
+              f"{produce_cost.gc_s:.2f} s of producing, {consume_cost.gc_s:.2f} s of consuming")
         print(f"   decode_column vs fastavro decode: {t_decode / t_column:.2f}x")
 
         if not args.no_spark:
@@ -142,18 +180,29 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def produce(producer: Any, values: list[Any]) -> float:
-    start = time.perf_counter()
-    for value in values:
-        producer.send_async(value, None)
-    producer.flush()
-    elapsed = time.perf_counter() - start
+def produce(producer: Any, values: list[Any]) -> Cost:
+    with Cost() as cost:
+        for value in values:
+            producer.send_async(value, None)
+        producer.flush()
     producer.close()
-    return elapsed
+    return cost
 
 
-def consume(client: Client, topic: str, schema: m.Schema, n: int) -> float:
-    consumer = client.subscribe(topic, "bench", schema=schema, initial_position=InitialPosition.Earliest,
+def consume(client: Client, topic: str, schema: m.Schema, n: int, subscription: str) -> Cost:
+    """receive + value + acknowledge, one message at a time, with the consumer's defaults."""
+    consumer = client.subscribe(topic, subscription, schema=schema, initial_position=InitialPosition.Earliest)
+    with Cost() as cost:
+        for _ in range(n):
+            msg = consumer.receive()
+            msg.value()
+            consumer.acknowledge(msg)
+    consumer.close()
+    return cost
+
+
+def consume_batches(client: Client, topic: str, schema: m.Schema, n: int) -> float:
+    consumer = client.subscribe(topic, "bench-batches", schema=schema, initial_position=InitialPosition.Earliest,
                                 receiver_queue_size=50_000,
                                 batch_receive_policy=ConsumerBatchReceivePolicy(10_000, -1, 1000))
     start = time.perf_counter()
@@ -193,7 +242,7 @@ def spark_figures(root: str, n: int) -> None:
 
     progress("Spark warm-up")
     timed("binary")
-    timings = {}
+    timings: dict[str, list[float]] = {}
     for fmt in ("binary", "auto", "binary", "auto"):
         progress(f"Spark read valueFormat={fmt}")
         timings.setdefault(fmt, []).append(timed(fmt))

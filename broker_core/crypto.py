@@ -257,7 +257,7 @@ class MessageDecryptor:
         self, msg: Any, props: dict[str, str], keys: tuple[EncryptionKey, ...], iv: bytes, algorithm: str, why: str
     ) -> Outcome:
         self.last_error = CryptoError(
-            f"cannot decrypt message {msg._message_id} of {msg._topic}: {why}", topic=msg._topic
+            f"cannot decrypt message {msg.message_id()} of {msg._topic}: {why}", topic=msg._topic
         )
         if self._action == ConsumerCryptoFailureAction.CONSUME:
             msg._properties = props

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from broker_core.message_id import MessageId
 from broker_core.schema.base import Schema
@@ -35,7 +36,7 @@ class Message:
     _event_time_ms: int
     _deliver_at_ms: int | None
     _schema_version: bytes | None
-    _message_id: MessageId
+    _message_id: MessageId | None  # None: built by ``message_id()`` from ``_batch``
     _topic: str
     _redelivery_count: int = 0
     _schema: Schema | None = None
@@ -44,6 +45,8 @@ class Message:
     _chunk_offsets: list[int] | None = None
     _source: int = -1  # index of the consumer's subscription part that delivered it
     _encryption: EncryptionContext | None = None  # set when the message arrived encrypted
+    _batch: RowBatch | None = None  # the rows read with this one (lazy id, values decoded together)
+    _row: int = 0  # this message's row in ``_batch``
 
     def data(self) -> bytes:
         """The raw payload (b"" for a null-value tombstone; see ``has_null_value``)."""
@@ -55,6 +58,13 @@ class Message:
         A typed schema decodes with the schema version the message was written with, resolved to
         its own (``Schema.decode_message``).
         """
+        batch = self._batch
+        # decoded with the whole segment read, once (a second call decodes afresh), unless the payload
+        # was replaced since (decrypted, chunks joined)
+        if batch is not None and batch.payloads[self._row] is self._data:
+            value = batch.value(self._row)
+            if value is not _UNDECODED:
+                return value
         schema = self._schema
         if self._data is None:  # a KeyValue SEPARATED tombstone still has its key
             return schema.decode_message(self) if schema is not None and schema.separated_key else None
@@ -84,7 +94,11 @@ class Message:
         return self._deliver_at_ms
 
     def message_id(self) -> MessageId:
-        return self._message_id
+        msg_id = self._message_id
+        if msg_id is None:  # built on first use from the segment read it came with
+            assert self._batch is not None
+            msg_id = self._message_id = self._batch.message_id(self._row)
+        return msg_id
 
     def topic_name(self) -> str:
         return self._topic
@@ -107,7 +121,63 @@ class Message:
 
     def __repr__(self) -> str:
         size = "null" if self._data is None else f"{len(self._data)}B"
-        return f"Message(id={self._message_id}, topic={self._topic!r}, key={self._key!r}, value={size})"
+        return f"Message(id={self.message_id()}, topic={self._topic!r}, key={self._key!r}, value={size})"
+
+
+_UNDECODED = object()  # ``RowBatch.value``: no value from the batch, decode the message alone
+_MIN_BATCH_ROWS = 256  # below this, decoding message by message is cheaper than one vectorised pass
+# (the NumPy pass costs ~0.2 ms whatever the size: at 100 rows it is slower than fastavro per message,
+# from ~250 rows on faster, at 500 rows ~0.8 us a row against ~1.6 us for fastavro and a record)
+
+
+class RowBatch:
+    """What the messages built from one segment read share, and compute only when asked.
+
+    ``message_id()`` builds a message's ``MessageId`` from the batch's entry and batch-index lists
+    (most applications acknowledge the ``Message`` and never look at its id).  ``Message.value()``
+    of any message of the batch decodes every payload at once with the schema's ``decode_values``
+    (Avro: NumPy over the Arrow column, no per-message fastavro call) and takes its own value; each
+    value is handed out once, so a second ``value()`` decodes afresh and two calls never share an
+    object.  When the schema cannot decode the batch exactly as message by message would (another
+    writer version, tombstones, chunks, bad data), or has no batch decoder (``schema`` None here),
+    every message decodes alone.
+    """
+
+    __slots__ = ("_column", "_entries", "_indexes", "_schema", "_values", "_versions", "ledger_id", "partition",
+                 "payloads", "topic")
+
+    def __init__(self, payloads: list[bytes | None], entries: list[int], indexes: list[int], *, ledger_id: int,
+                 partition: int, topic: str, schema: Schema | None, column: pa.ChunkedArray,
+                 versions: pa.ChunkedArray) -> None:
+        self.payloads = payloads  # the messages' own ``_data`` objects: a replaced payload is not in here
+        self._entries = entries
+        self._indexes = indexes
+        self.ledger_id = ledger_id
+        self.partition = partition
+        self.topic = topic
+        self._schema = schema
+        self._column: pa.ChunkedArray | None = column if schema is not None else None
+        self._versions: pa.ChunkedArray | None = versions if schema is not None else None
+        self._values: dict[int, Any] | None = None if schema is not None else {}
+
+    def message_id(self, row: int) -> MessageId:
+        return MessageId._trusted(self.partition, self.ledger_id, self._entries[row], self._indexes[row], self.topic)
+
+    def value(self, row: int) -> Any:
+        """The decoded value of ``row`` (once), or ``_UNDECODED``."""
+        values = self._values
+        if values is None:
+            column, versions, self._column, self._versions = self._column, self._versions, None, None
+            decoded = None
+            if self._schema is not None and column is not None and versions is not None:
+                decoded = self._schema.decode_values(column.combine_chunks(), versions.combine_chunks(), self.topic)
+            # by row, so that taking one is a single ``pop`` (atomic: two threads never get the same datum)
+            values = self._values = dict(enumerate(decoded)) if decoded is not None else {}
+        datum = values.pop(row, _UNDECODED)
+        if datum is _UNDECODED:
+            return datum
+        assert self._schema is not None
+        return self._schema.value_of_datum(datum)
 
 
 def _values(table: pa.Table, name: str) -> list[Any]:
@@ -115,6 +185,20 @@ def _values(table: pa.Table, name: str) -> list[Any]:
     column = table.column(name)
     if column.null_count == len(column):
         return [None] * len(column)
+    return column.to_pylist()
+
+
+def _shared_values(table: pa.Table, name: str) -> list[Any]:
+    """``_values`` of a column that mostly holds one value for a whole read (the producer name, the
+    schema version): then one Python object for every row, not one per row."""
+    column = table.column(name)
+    n = len(column)
+    if column.null_count == n:
+        return [None] * n
+    if column.null_count == 0 and n > 1:
+        distinct = pc.unique(column)
+        if len(distinct) == 1:
+            return [distinct[0].as_py()] * n
     return column.to_pylist()
 
 
@@ -143,46 +227,35 @@ def messages_from_rows(
     """Build ``Message`` objects from segment rows (one per row; chunks are not merged here).
 
     This runs once per received message, so it converts each column in one call and builds each
-    ``Message`` positionally (field order as declared above).
+    ``Message`` positionally (field order as declared above).  What most applications never ask for
+    is left to the shared ``RowBatch``: the ``MessageId`` (built by ``message_id()``) and the decoded
+    value (decoded for the whole batch by the first ``value()``).
     """
     values = table.column("value").to_pylist()
     keys = _values(table, "key")
     ordering = _values(table, "ordering_key")
     props = _values(table, "properties")
-    producers = _values(table, "producer_name")
+    producers = _shared_values(table, "producer_name")
     seqs = _values(table, "sequence_id")
     publish = _ms(table, "publish_time")
     event = _ms(table, "event_time")
     deliver = _ms(table, "deliver_at")
-    versions = _values(table, "schema_version")
+    versions = _shared_values(table, "schema_version")
     hashes = _values(table, "sticky_key_hash")
-    trusted_id = MessageId._trusted
+    decodes = schema is not None and schema.batch_decodes and len(values) >= _MIN_BATCH_ROWS
+    batch = RowBatch(values, entry_ids.tolist(), batch_indexes.tolist(), ledger_id=ledger_id, partition=partition,
+                     topic=topic, schema=schema if decodes else None, column=table.column("value"),
+                     versions=table.column("schema_version"))
     new = Message
     return [
-        new(
-            value,
-            key,
-            ordering_key,
-            dict(prop) if prop else {},
-            producer,
-            seq,
-            published or 0,
-            event_ms or 0,
-            deliver_ms,
-            version,
-            trusted_id(partition, ledger_id, entry, batch, topic),
-            topic,
-            0,
-            schema,
-            offset,
-            sticky_hash or 0,
-        )
-        for value, key, ordering_key, prop, producer, seq, published, event_ms, deliver_ms, version, entry, batch,
-        offset, sticky_hash in zip(
-            values, keys, ordering, props, producers, seqs, publish, event, deliver, versions,
-            entry_ids.tolist(), batch_indexes.tolist(), offsets.tolist(), hashes, strict=True,
-        )
+        new(value, key, ordering_key, dict(prop) if prop else {}, producer, seq, published or 0, event_ms or 0,
+            deliver_ms, version, None, topic, 0, schema, offset, sticky_hash or 0, None, -1, None, batch, row)
+        for row, (value, key, ordering_key, prop, producer, seq, published, event_ms, deliver_ms, version, offset,
+                  sticky_hash) in enumerate(zip(
+            values, keys, ordering, props, producers, seqs, publish, event, deliver, versions, offsets.tolist(),
+            hashes, strict=True,
+        ))
     ]
 
 
-__all__ = ["BytesSchema", "Message", "Schema", "StringSchema", "messages_from_rows"]
+__all__ = ["BytesSchema", "Message", "RowBatch", "Schema", "StringSchema", "messages_from_rows"]

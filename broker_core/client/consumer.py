@@ -45,15 +45,24 @@ class Consumer(ConsumerDispatch):
     # -- receiving ----------------------------------------------------------------------------------
 
     def _take(self) -> Message:
-        msg = self._queue.popleft()
-        deadline = None if self._ack_timeout_s is None else time.monotonic() + self._ack_timeout_s
-        self._unacked[(msg._source, msg._offset)] = (msg, deadline)
-        if len(self._queue) < self._refill_below and not self._wake.is_set():
-            self._wake.set()  # (setting a set Event again only costs a lock round trip per message)
+        queue = self._queue
+        msg = queue.popleft()
+        timeout_s = self._ack_timeout_s
+        self._unacked[(msg._source, msg._offset)] = (msg, None if timeout_s is None else time.monotonic() + timeout_s)
+        if len(queue) < self._refill_below and not self._refill_asked:
+            self._refill_asked = True  # once per dispatch round (``_run`` clears it), not an Event call per message
+            self._wake.set()
         return msg
 
     def receive(self, timeout_millis: int | None = None) -> Message:
         """The next message; ``Timeout`` if none arrives within ``timeout_millis`` (None: wait forever)."""
+        if self._listener is None and (timeout_millis is None or type(timeout_millis) is int):
+            with self._lock:  # a message already queued: taken at once (the per-message path of a backlog)
+                if self._queue and not self._closed:
+                    return self._take()
+        return self._receive_waiting(timeout_millis)
+
+    def _receive_waiting(self, timeout_millis: int | None) -> Message:
         if self._listener is not None:
             raise InvalidConfiguration("receive() cannot be used on a consumer with a message_listener")
         deadline = None
@@ -119,7 +128,8 @@ class Consumer(ConsumerDispatch):
 
     def acknowledge(self, message: Message | MessageId) -> None:
         """Acknowledge one message (grouped and committed within ``ack_group_time``)."""
-        self._check_open()
+        if self._closed:
+            self._check_open()
         if type(message) is Message and message._chunk_offsets is None:  # the common case, kept cheap
             source, offset = message._source, message._offset
             with self._lock:

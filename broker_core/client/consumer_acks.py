@@ -118,6 +118,7 @@ class ConsumerAcks(ConsumerBase):
         self._redeliveries: dict[int, list[int]] = {}
         self._nacks: list[tuple[float, Message]] = []
         self._wake = threading.Event()
+        self._refill_asked = False  # ``_take`` set ``_wake`` for a refill since the dispatcher's last round
         self._tick_lock = threading.Lock()  # one dispatch round at a time; seek waits for it
         self._flush_lock = threading.RLock()  # one ack flush at a time (its group stays visible: _flushing)
         self._acks_due = threading.Event()  # set by the first acknowledgment of a group

@@ -58,6 +58,7 @@ class ConsumerDispatch(ConsumerAcks):
                 time.sleep(self._poll_s)
             self._wake.wait(self._next_wait_s())
             self._wake.clear()
+            self._refill_asked = False
 
     def _report_damage(self, exc: LogCorrupted) -> None:
         """Hand damaged storage (a corrupt segment, a log gap) to the next ``receive`` and log it, once

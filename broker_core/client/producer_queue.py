@@ -23,6 +23,7 @@ from broker_core.client.args import check_send_arguments
 from broker_core.client.builder import PendingMessage
 from broker_core.client.partition_queue import PartitionQueue
 from broker_core.client.producer_connection import ProducerConnection
+from broker_core.clock import SystemClock
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, MessageTooBig, ProducerQueueIsFull
 from broker_core.message import Message
 from broker_core.message_id import MessageId
@@ -107,12 +108,18 @@ class ProducerQueueing(ProducerConnection):
             )
         if self._encryptor is not None and data is not None:  # end-to-end encryption: broker_core/crypto.py
             data, props = self._encryptor.seal(data, props)
-        publish_ms = self._clock.now_ms()
+        clock = self._clock
+        publish_ms = time.time_ns() // 1_000_000 if type(clock) is SystemClock else clock.now_ms()
         deliver_ms = deliver_at
         if deliver_after is not None:
             deliver_ms = publish_ms + int(deliver_after.total_seconds() * 1000)
         size = len(data) if data is not None else 0
-        max_size = self._max_message_size
+        policies = self._policy_cache  # (``_effective()`` re-reads them once a second)
+        max_size = (
+            policies.max_message_size
+            if policies is not None and time.monotonic() < self._policy_expires
+            else self._max_message_size
+        )
         if size > max_size and not self._chunking:
             raise MessageTooBig(
                 f"message of {size} bytes exceeds maxMessageSize={max_size} on {self._topic}; "
@@ -159,7 +166,11 @@ class ProducerQueueing(ProducerConnection):
             pending.enqueued_s = now
             pending.wants_id = flush or callback is not None
             if data is None or size <= max_size:
-                self._wait_for_space(partition, 1)
+                queued, total = len(q.messages), self._pending_total
+                if (queued >= self._max_pending and queued > 0) or (
+                    0 < self._max_pending_total <= total and total > 0
+                ):  # (``_full(partition, 1)`` inline: a call per message costs more than the test)
+                    self._wait_for_space(partition, 1)
                 q.messages.append(pending)
                 q.bytes += size
                 q.enqueued += 1

@@ -14,12 +14,19 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import fastavro
+import pyarrow as pa
+import pyarrow.compute as pc
 from fastavro._read_common import SchemaResolutionError
 
-from broker_core.errors import PayloadTypeError, SchemaDefinitionError, SchemaNotFound
+from broker_core.errors import PayloadTypeError, PulsarException, SchemaDefinitionError, SchemaNotFound
+from broker_core.schema.avro_vector import decode_unresolved
 from broker_core.schema.base import Schema
 from broker_core.schema.info import SchemaInfo, SchemaType
-from broker_core.schema.record import Record
+from broker_core.schema.record import Record, _plan
+
+_write = fastavro.schemaless_writer
+_SET_DICT = object.__setattr__  # a decoded datum becomes a record's __dict__ (``Record.__setattr__`` checks one field)
+_read = fastavro.schemaless_reader
 
 if TYPE_CHECKING:
     from broker_core.schema.base import EncodedMessage
@@ -75,6 +82,13 @@ class AvroSchema(Schema):
         self._definition = record_cls.schema() if record_cls is not None else schema_definition
         self._text = pretty(self._definition)
         self._parsed = parsed_avro(self._text)
+        # a record class of plain fields (no enums, no nested records: the common case): ``encode`` takes a
+        # record's own __dict__ as the datum, and a decoded datum becomes a record's __dict__
+        plain = record_cls is not None and not _plan(record_cls, "to_avro") and not _plan(record_cls, "from_avro")
+        self._plain_cls = record_cls if plain else None
+        # whole batches of payloads decode in NumPy (``decode_values``) unless logical types are involved,
+        # which fastavro turns into Python objects (datetimes, decimals) and the vectorised decoder does not
+        self.batch_decodes = self.schema_type is SchemaType.AVRO and '"logicalType"' not in self._text
 
     def schema_info(self) -> SchemaInfo:
         return SchemaInfo(self.schema_type, self.schema_type.name, self._text)
@@ -94,8 +108,9 @@ class AvroSchema(Schema):
 
     def encode(self, value: Any) -> bytes:
         buffer = io.BytesIO()
+        datum = value.__dict__ if type(value) is self._plain_cls else self._datum(value)
         try:
-            fastavro.schemaless_writer(buffer, self._parsed, self._datum(value))
+            _write(buffer, self._parsed, datum)
         except (ValueError, TypeError, AttributeError) as exc:
             raise PayloadTypeError(f"value does not fit the Avro schema {self._definition_name()}: {exc}") from None
         return buffer.getvalue()
@@ -107,7 +122,43 @@ class AvroSchema(Schema):
         return self._record_cls._from_datum(datum, trusted=True) if self._record_cls is not None else datum
 
     def decode(self, data: bytes) -> Any:
-        return self._result(fastavro.schemaless_reader(io.BytesIO(data), self._parsed, None))
+        return self._result(_read(io.BytesIO(data), self._parsed, None))
+
+    def decode_values(self, payloads: pa.Array, versions: pa.Array | None, topic: str) -> list[Any] | None:
+        """The values of a whole column of payloads (one segment read) decoded at once, or None when
+        this batch must be decoded message by message (the results would not be the same).
+
+        The NumPy decoder (``avro_vector``, the one the Spark source uses) runs only
+        when every payload is non-null and was written with this very schema (no resolution): those
+        rows give exactly what fastavro gives.  Anything else (other writer versions, tombstones,
+        chunks, ciphertext, bad data) returns None, and each message then decodes with fastavro and
+        reports its own error, as before.
+        """
+        if not self.batch_decodes or payloads.null_count or payloads.type != pa.binary():
+            return None
+        if versions is not None and versions.null_count < len(versions):
+            for version in pc.unique(versions).to_pylist():
+                try:
+                    writer = None if version is None else writer_info(self, topic, version)
+                except PulsarException:
+                    return None
+                if writer is not None and writer.definition != self._text:
+                    return None
+        try:
+            column = decode_unresolved(payloads, _definition_json(self._text))
+        except Exception:  # Unsupported, or anything else: each message decodes alone, or reports its own
+            return None  # error, exactly as without this shortcut
+        return column.to_pylist()  # dicts of plain values: untracked by the garbage collector until used
+
+    def value_of_datum(self, datum: Any) -> Any:
+        """The value of one datum of ``decode_values`` (a record is built only when asked for: records
+        built ahead for a whole batch would live long enough to be scanned by every GC generation)."""
+        cls = self._plain_cls
+        if cls is not None:
+            record = cls.__new__(cls)
+            _SET_DICT(record, "__dict__", datum)
+            return record
+        return self._record_cls._from_datum(datum, trusted=True) if self._record_cls is not None else datum
 
     def decode_with(self, data: bytes, writer: SchemaInfo | None) -> Any:
         """Decode a payload written with ``writer`` (None: this very schema), resolved to this schema."""
@@ -129,25 +180,37 @@ class AvroSchema(Schema):
 
 
 def writer_of(schema: Schema, msg: EncodedMessage) -> SchemaInfo | None:
-    """The schema a message was written with (None when it carries no version or no registry is attached).
+    """The schema a message was written with (None when it carries no version or no registry is attached)."""
+    return writer_info(schema, msg.topic_name(), msg.schema_version())
+
+
+def writer_info(schema: Schema, topic: str, version: bytes) -> SchemaInfo | None:
+    """The schema registered as ``version`` of ``topic`` (None: no version, or no registry attached).
 
     Versions are immutable, so each (topic, version) is looked up once per schema object.
     """
-    version = msg.schema_version()
     if not version or schema._lookup is None:
         return None
-    key = (msg.topic_name(), version)
+    key = (topic, version)
     cache = schema.__dict__.setdefault("_writers", {})
     info = cache.get(key)
     if info is not None:
         return info
     info = cache[key] = schema._lookup(*key)
     if info is None:
+        del cache[key]
         raise SchemaNotFound(
-            f"schema version {int.from_bytes(version, 'big')} of {msg.topic_name()} is not in its registry "
-            "(was the schema deleted?)", topic=msg.topic_name(), version=int.from_bytes(version, "big"),
+            f"schema version {int.from_bytes(version, 'big')} of {topic} is not in its registry "
+            "(was the schema deleted?)", topic=topic, version=int.from_bytes(version, "big"),
         )
     return info
 
 
-__all__ = ["AvroSchema", "parsed_avro", "pretty", "writer_for_reader", "writer_of"]
+@lru_cache(maxsize=64)
+def _definition_json(text: str) -> Any:
+    """An Avro definition as the JSON the vectorised decoder walks (treat as read-only: it is shared)."""
+    return json.loads(text)
+
+
+
+__all__ = ["AvroSchema", "parsed_avro", "pretty", "writer_for_reader", "writer_info", "writer_of"]

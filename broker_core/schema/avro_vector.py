@@ -219,11 +219,21 @@ def _strip(schema: Any, names: dict[str, Any]) -> Any:
 def decode_records(values: pa.Array, writer: Any, reader: Any, target: pa.DataType) -> pa.Array:
     """Decode non-null Avro payloads written with ``writer`` into ``reader``'s Arrow type ``target``."""
     w_names, r_names = _names(writer, {}), _names(reader, {})
-    source = _Reader(values, w_names)
+    return _resolve(_decode_all(values, writer, w_names), writer, reader, w_names, r_names, target)
+
+
+def decode_unresolved(values: pa.Array, schema: Any) -> pa.Array:
+    """Decode non-null Avro payloads written with ``schema`` itself (no resolution): the column as the
+    decoder builds it (records -> struct, enums -> symbol strings, ``["null", T]`` -> nullable T)."""
+    return _decode_all(values, schema, _names(schema, {}))
+
+
+def _decode_all(values: pa.Array, writer: Any, names: dict[str, Any]) -> pa.Array:
+    source = _Reader(values, names)
     decoded = source.decode(writer, np.arange(len(values)))
     if not np.array_equal(source.pos, source.ends):
         raise Unsupported("payloads do not end where the writer's schema does")
-    return _resolve(decoded, writer, reader, w_names, r_names, target)
+    return decoded
 
 
-__all__ = ["Unsupported", "decode_records"]
+__all__ = ["Unsupported", "decode_records", "decode_unresolved"]

@@ -49,6 +49,7 @@ class Schema(ABC):
     """
 
     _lookup: WriterLookup | None = None
+    batch_decodes: bool = False  # ``decode_values`` may decode a whole segment read's payloads at once
     separated_key: bool = False  # the key travels as the message key (``encode_separated``): KeyValue SEPARATED
 
     @abstractmethod
@@ -66,6 +67,17 @@ class Schema(ABC):
     def decode_message(self, msg: EncodedMessage) -> Any:
         """The value of a received message (the writer's schema version may differ from this one)."""
         return self.decode(msg.data())
+
+    def decode_values(self, payloads: Any, versions: Any, topic: str) -> list[Any] | None:
+        """The values of a column of payloads read together (``payloads``: a pyarrow binary array,
+        ``versions`` its ``schema_version`` column), each exactly what ``decode_message`` would give
+        for its message once passed to ``value_of_datum``; None when the batch must be decoded message by
+        message (the default)."""
+        return None
+
+    def value_of_datum(self, datum: Any) -> Any:
+        """The value of one item of ``decode_values``'s list (built when the message asks for it)."""
+        return datum
 
     def attach_client(self, client: Any) -> None:
         """Let the schema look up writer schemas of the client's topics (the official hook)."""

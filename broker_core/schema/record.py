@@ -221,6 +221,9 @@ class Record(metaclass=RecordMeta):
         if not trusted:
             return cls(**{k: v for k, v in datum.items() if k in cls._fields})
         record = cls.__new__(cls)
+        if not _plan(cls, "from_avro") and len(datum) == len(cls._fields):
+            _SET_DICT(record, "__dict__", datum)  # a complete datum of plain fields: it becomes the record
+            return record
         values = record.__dict__
         for name, spec in cls._fields.items():
             values[name] = datum[name] if name in datum else spec.default()
@@ -229,6 +232,9 @@ class Record(metaclass=RecordMeta):
             if value is not None:
                 values[name] = convert(value)
         return record
+
+
+_SET_DICT = object.__setattr__  # ``Record.__setattr__`` validates one field; this swaps the whole __dict__
 
 
 _PLANS: dict[tuple[type, str], list[tuple[str, Any]]] = {}
