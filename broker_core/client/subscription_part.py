@@ -335,7 +335,7 @@ class SubscriptionPart:
         if table is None:
             table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1)
             index = np.searchsorted(all_offsets, wanted)
-        rows = table.take(pa.array(index))
+        rows = _rows_at(table, index)
         chosen = all_offsets[index]
         entries, batches = self.log.ids_for_offsets(chosen)
         snap = self.log.log.cached_snapshot()
@@ -366,6 +366,15 @@ class SubscriptionPart:
                 last._chunk_offsets = [p._offset for p in pieces]
                 out.append(last)
         return out
+
+
+def _rows_at(table: pa.Table, index: np.ndarray) -> pa.Table:
+    """``table.take(index)``, but a slice (no copy) when ``index`` is one ascending run, as a claim of
+    a backlog is: ``take`` over the thousands of chunks of a window of tiny segments cost ~14 us per
+    chunk, a slice costs nothing per row."""
+    if len(index) and int(index[-1]) - int(index[0]) == len(index) - 1 and (np.diff(index) == 1).all():
+        return table.slice(int(index[0]), len(index))
+    return table.take(pa.array(index))
 
 
 def _covered_until(cursor: Cursor, start: int, holders: list[RangeSet]) -> int:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker_core.errors import SegmentCorrupted
+from broker_core.errors import BrokerPersistenceError, SegmentCorrupted
 from broker_core.storage import FileIO
 
 if TYPE_CHECKING:
@@ -183,19 +183,39 @@ def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef) -> pa.Tab
     offsets would then be wrong).  The message says what to do: restore the file, or set it aside
     with ``pubsub topics check --repair`` (its messages are then recorded as lost)."""
     path = f"{topic_path}/{seg.path}"
-    what = f"segment {path!r} (offsets {seg.base_offset}..{seg.end_offset - 1})"
-    fix = ("; restore the file from a backup, or run `pubsub topics check TOPIC --repair --execute` to set it "
-           "aside (its messages are then recorded as lost)")
-    if not io.exists(path):
-        raise SegmentCorrupted(f"{what} is missing{fix}", path=path, offset=seg.base_offset)
     try:
-        table = decode_segment(io.open_input(path))
+        table = decode_segment(_open(io, path, seg))
+    except BrokerPersistenceError:
+        # existence is checked only when opening fails: a ``stat`` (an object store's HEAD) before
+        # every open cost a fifth of decoding a tiny segment (``benchmarks/bench_trickle.py``)
+        if not io.exists(path):
+            raise _damaged(path, seg, "is missing") from None
+        raise
     except (OSError, ValueError, pa.ArrowException) as exc:
-        raise SegmentCorrupted(f"{what} is unreadable ({exc}){fix}", path=path, offset=seg.base_offset) from exc
+        raise _damaged(path, seg, f"is unreadable ({exc})") from exc
     if table.num_rows != seg.num_records:
-        raise SegmentCorrupted(f"{what} holds {table.num_rows} rows, its log entry says {seg.num_records}{fix}",
-                               path=path, offset=seg.base_offset)
+        raise _damaged(path, seg, f"holds {table.num_rows} rows, its log entry says {seg.num_records}")
     return table
+
+
+def _open(io: FileIO, path: str, seg: SegmentRef) -> pa.NativeFile:
+    """A small local segment is read with plain ``pread``s: ``open_input``'s memory map costs a
+    ``stat``, an ``mmap`` and an ``munmap`` per file, more than the whole file's bytes are worth."""
+    if seg.size_bytes < _SMALL_SEGMENT_BYTES and io.is_local:
+        try:
+            return pa.OSFile(io.abs_path(path))
+        except FileNotFoundError as exc:
+            raise BrokerPersistenceError(f"segment file {path!r} is missing", path=path) from exc
+    return io.open_input(path)
+
+
+def _damaged(path: str, seg: SegmentRef, problem: str) -> SegmentCorrupted:
+    return SegmentCorrupted(
+        f"segment {path!r} (offsets {seg.base_offset}..{seg.end_offset - 1}) {problem}; restore the file from a "
+        "backup, or run `pubsub topics check TOPIC --repair --execute` to set it aside (its messages are then "
+        "recorded as lost)",
+        path=path, offset=seg.base_offset,
+    )
 
 
 __all__ = [
