@@ -155,18 +155,18 @@ def encode_segment(table: pa.Table, *, compression: CompressionType = Compressio
 # few rows, ``read_table``'s dataset machinery, the thread pool hand-offs and the coalesced pre-read
 # cost 2-4x the decode itself, and consumers of a trickle of tiny commits read thousands of such
 # files a second (``benchmarks/bench_trickle.py``).  Large segments keep the parallel column decode.
-_SMALL_SEGMENT_BYTES = 1 << 20
+SMALL_SEGMENT_BYTES = 1 << 20
 
 
 def decode_segment(source: pa.NativeFile, columns: list[str] | None = None) -> pa.Table:
     """Read a segment back with exactly ``SEGMENT_SCHEMA`` types (or the chosen columns)."""
-    if source.size() < _SMALL_SEGMENT_BYTES and columns is None:
+    if source.size() < SMALL_SEGMENT_BYTES and columns is None:
         # ``ParquetReader`` is what ``ParquetFile`` wraps; ``ParquetFile`` adds a per-file walk of the
         # schema's nested paths (a third of a tiny file's decode) that reading every column never needs
         reader = pq.ParquetReader()
         reader.open(source, pre_buffer=False)
         table = reader.read_all(use_threads=False)
-    elif source.size() < _SMALL_SEGMENT_BYTES:
+    elif source.size() < SMALL_SEGMENT_BYTES:
         # by name: Parquet numbers leaf columns, and the properties map has two
         table = pq.ParquetFile(source, pre_buffer=False).read(columns, use_threads=False).select(columns)
     else:
@@ -201,7 +201,7 @@ def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef) -> pa.Tab
 def _open(io: FileIO, path: str, seg: SegmentRef) -> pa.NativeFile:
     """A small local segment is read with plain ``pread``s: ``open_input``'s memory map costs a
     ``stat``, an ``mmap`` and an ``munmap`` per file, more than the whole file's bytes are worth."""
-    if seg.size_bytes < _SMALL_SEGMENT_BYTES and io.is_local:
+    if seg.size_bytes < SMALL_SEGMENT_BYTES and io.is_local:
         try:
             return pa.OSFile(io.abs_path(path))
         except FileNotFoundError as exc:

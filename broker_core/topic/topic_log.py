@@ -30,6 +30,7 @@ from broker_core.errors import DirectoryGone, ProducerFenced, SegmentCorrupted, 
 from broker_core.log.actions import Action, Add, Metadata, Txn
 from broker_core.log.segment import (
     SEGMENT_SCHEMA,
+    SMALL_SEGMENT_BYTES,
     CompressionType,
     delta_schema_string,
     encode_segment,
@@ -58,6 +59,7 @@ from broker_core.topic.append_checks import (
     producer_txns,
 )
 from broker_core.topic.offset_ids import seek_offset, segment_id_arrays
+from broker_core.topic.readahead import Readahead
 from broker_core.topic.staged_writes import StagedSegment, staged_commit_actions, unreferenced, write_staged
 from broker_core.topic.waiters import Waiters
 
@@ -67,6 +69,7 @@ _SEGMENT_CACHE_ENTRIES = 4  # always kept, whatever their size
 # cost more than everything else it does (``benchmarks/bench_trickle.py``).
 _SEGMENT_CACHE_BYTES = 64 << 20
 _SEGMENT_CACHE_MAX_ENTRIES = 16_384
+_READAHEAD_MIN_SEGMENTS = 16  # a read spanning this many segments has the following ones decoded ahead
 
 
 class TopicLog(Waiters):
@@ -100,6 +103,7 @@ class TopicLog(Waiters):
         self._cache: OrderedDict[str, tuple[pa.Table, int]] = OrderedDict()  # path -> (rows, bytes)
         self._cache_bytes = 0
         self._cache_lock = threading.Lock()
+        self._readahead = Readahead(self._warm, name=path.rsplit("/", 1)[-1])
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -333,11 +337,28 @@ class TopicLog(Waiters):
             SegmentCorrupted: the file is missing, unreadable, or holds another row count than its
                 ``add`` says (``docs/PROTOCOL.md`` section 3a: what to do about it).
         """
+        cached = self._cached(seg.path)
+        if cached is None:
+            self._readahead.forget(seg.path)  # being decoded right now: wait for it, do not decode twice
+            cached = self._cached(seg.path)
+        return cached if cached is not None else self._decode(seg)
+
+    def _cached(self, path: str) -> pa.Table | None:
         with self._cache_lock:
-            cached = self._cache.get(seg.path)
-            if cached is not None:
-                self._cache.move_to_end(seg.path)
-                return cached[0]
+            cached = self._cache.get(path)
+            if cached is None:
+                return None
+            self._cache.move_to_end(path)
+            return cached[0]
+
+    def _warm(self, seg: SegmentRef) -> None:
+        """The readahead thread's work: decode ``seg`` into the cache unless it is there."""
+        with self._cache_lock:
+            if seg.path in self._cache:
+                return
+        self._decode(seg)
+
+    def _decode(self, seg: SegmentRef) -> pa.Table:
         table = read_segment_checked(self.io, self.path, seg)
         # the size is taken once and kept with the entry: a table's ``get_total_buffer_size`` walks
         # its sixteen columns (10-20 us, a tenth of decoding a tiny segment), its single record
@@ -397,10 +418,25 @@ class TopicLog(Waiters):
             pieces.append(whole if lo == 0 and hi == whole.num_rows else whole.slice(lo, hi - lo))
             offsets.append(np.arange(seg.base_offset + lo, seg.base_offset + hi, dtype=np.int64))
             i += 1
+        if len(pieces) >= _READAHEAD_MIN_SEGMENTS:
+            self._read_ahead(snap, i, len(pieces))
         if not pieces:
             return SEGMENT_SCHEMA.empty_table(), np.empty(0, dtype=np.int64), stop
         table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
         return table, np.concatenate(offsets), stop
+
+    def _read_ahead(self, snap: Snapshot, first: int, count: int) -> None:
+        """A read that spanned ``count`` segments (a backlog of tiny ones): have the next as many small
+        segments, from index ``first``, decoded in the background (``readahead``), within a quarter
+        of the cache so that they never push out the rows the reader is working on."""
+        budget = _SEGMENT_CACHE_BYTES // 4
+        wanted: list[SegmentRef] = []
+        for seg in snap.segments[first:first + min(count, _SEGMENT_CACHE_MAX_ENTRIES // 4)]:
+            budget -= seg.size_bytes
+            if seg.size_bytes >= SMALL_SEGMENT_BYTES or budget < 0:
+                break
+            wanted.append(seg)
+        self._readahead.want(wanted)
 
     def ids_for_offsets(
         self, offsets: np.ndarray, *, snapshot: Snapshot | None = None
