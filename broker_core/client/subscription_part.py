@@ -168,7 +168,8 @@ class SubscriptionPart:
         return chosen == self.consumer_name
 
     def window(self, start: int, end: int) -> tuple[Window, pa.Table, np.ndarray]:
-        table, offsets, _ = self.log.read_until(start, end)  # claims are by offset: rows after damage wait
+        # claims are by offset: rows after damage wait; a backlog is read on, so read ahead
+        table, offsets, _ = self.log.read_until(start, end, read_ahead_to=self.log.log.cached_snapshot().next_offset)
         deliver = table.column("deliver_at").cast(pa.int64())
         deliver_ms = np.where(deliver.is_null().to_numpy(zero_copy_only=False), -1,
                               deliver.fill_null(0).to_numpy(zero_copy_only=False) // 1000)
@@ -333,7 +334,8 @@ class SubscriptionPart:
             if not inside or not (all_offsets[np.minimum(index, len(all_offsets) - 1)] == wanted).all():
                 table = None
         if table is None:
-            table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1)
+            table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1,
+                                               read_ahead_to=self.log.log.cached_snapshot().next_offset)
             index = np.searchsorted(all_offsets, wanted)
         rows = _rows_at(table, index)
         chosen = all_offsets[index]

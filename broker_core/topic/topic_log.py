@@ -374,28 +374,34 @@ class TopicLog(Waiters):
                 self._cache_bytes -= self._cache.popitem(last=False)[1][1]
         return table
 
-    def read(self, start: int, end: int, *, snapshot: Snapshot | None = None) -> tuple[pa.Table, np.ndarray]:
+    def read(self, start: int, end: int, *, snapshot: Snapshot | None = None,
+             read_ahead_to: int | None = None) -> tuple[pa.Table, np.ndarray]:
         """Messages with offsets in [start, end) that are still live, and their offsets.
 
         Returns the rows (``SEGMENT_SCHEMA``) and an int64 array of their offsets; removed ranges
         are simply absent (callers detect data loss by comparing with ``first_offset``).
 
+        ``read_ahead_to``: a caller that will read on (a consumer draining a backlog, a scan of a
+        range) gives the offset it will read up to; a read spanning many small segments then has the
+        following ones, below that offset, decoded in the background (``readahead``).  None: no
+        readahead (a one-off read must not spend a core on rows nobody asks for).
+
         Raises:
             SegmentCorrupted: a segment in the range is damaged (``read_until`` returns what precedes it).
         """
-        table, offsets, _ = self._read(start, end, snapshot, partial=False)
+        table, offsets, _ = self._read(start, end, snapshot, partial=False, ahead_to=read_ahead_to)
         return table, offsets
 
-    def read_until(self, start: int, end: int, *,
-                   snapshot: Snapshot | None = None) -> tuple[pa.Table, np.ndarray, int]:
+    def read_until(self, start: int, end: int, *, snapshot: Snapshot | None = None,
+                   read_ahead_to: int | None = None) -> tuple[pa.Table, np.ndarray, int]:
         """As ``read``, but a damaged segment after some readable rows ends the read early instead of
         failing it: returns the rows, their offsets and where reading stopped (``end``, or the damaged
         segment's base offset).  A read that *starts* at a damaged segment raises ``SegmentCorrupted``,
         so readers deliver every good message before the damage and then report it."""
-        return self._read(start, end, snapshot, partial=True)
+        return self._read(start, end, snapshot, partial=True, ahead_to=read_ahead_to)
 
-    def _read(self, start: int, end: int, snapshot: Snapshot | None,
-              partial: bool) -> tuple[pa.Table, np.ndarray, int]:
+    def _read(self, start: int, end: int, snapshot: Snapshot | None, *,
+              partial: bool, ahead_to: int | None) -> tuple[pa.Table, np.ndarray, int]:
         snap = snapshot or self.log.cached_snapshot()
         stop = end
         end = min(end, snap.next_offset)
@@ -418,22 +424,23 @@ class TopicLog(Waiters):
             pieces.append(whole if lo == 0 and hi == whole.num_rows else whole.slice(lo, hi - lo))
             offsets.append(np.arange(seg.base_offset + lo, seg.base_offset + hi, dtype=np.int64))
             i += 1
-        if len(pieces) >= _READAHEAD_MIN_SEGMENTS:
-            self._read_ahead(snap, i, len(pieces))
+        if ahead_to is not None and len(pieces) >= _READAHEAD_MIN_SEGMENTS:
+            self._read_ahead(snap, i, len(pieces), ahead_to)
         if not pieces:
             return SEGMENT_SCHEMA.empty_table(), np.empty(0, dtype=np.int64), stop
         table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
         return table, np.concatenate(offsets), stop
 
-    def _read_ahead(self, snap: Snapshot, first: int, count: int) -> None:
+    def _read_ahead(self, snap: Snapshot, first: int, count: int, until: int) -> None:
         """A read that spanned ``count`` segments (a backlog of tiny ones): have the next as many small
-        segments, from index ``first``, decoded in the background (``readahead``), within a quarter
-        of the cache so that they never push out the rows the reader is working on."""
+        segments below offset ``until``, from index ``first``, decoded in the background
+        (``readahead``), within a quarter of the cache so that they never push out the rows the
+        reader is working on."""
         budget = _SEGMENT_CACHE_BYTES // 4
         wanted: list[SegmentRef] = []
         for seg in snap.segments[first:first + min(count, _SEGMENT_CACHE_MAX_ENTRIES // 4)]:
             budget -= seg.size_bytes
-            if seg.size_bytes >= SMALL_SEGMENT_BYTES or budget < 0:
+            if seg.base_offset >= until or seg.size_bytes >= SMALL_SEGMENT_BYTES or budget < 0:
                 break
             wanted.append(seg)
         self._readahead.want(wanted)

@@ -35,7 +35,7 @@ def test_a_long_read_has_the_following_segments_decoded_in_the_background(tmp_pa
     _topic(tmp_path, 3 * _MIN)
     topic = open_topic(tmp_path, fsync=False, create=False)  # a reader with a cold cache
     segments = topic.snapshot().segments
-    table, _ = topic.read(0, 3 * _MIN)  # the first _MIN segments
+    table, _ = topic.read(0, 3 * _MIN, read_ahead_to=10**9)  # the first _MIN segments
     assert table.column("sequence_id").to_pylist() == list(range(3 * _MIN))
     assert topic._readahead.wait_idle(30)
     ahead = {seg.path for seg in segments[_MIN:2 * _MIN]}
@@ -45,12 +45,22 @@ def test_a_long_read_has_the_following_segments_decoded_in_the_background(tmp_pa
     assert rest.column("sequence_id").to_pylist() == offsets.tolist() == list(range(3 * _MIN, 9 * _MIN))
 
 
-def test_a_short_read_starts_no_readahead(tmp_path: Path) -> None:
-    _topic(tmp_path, _MIN + 4)
+def test_a_short_read_or_one_without_read_ahead_to_starts_no_readahead(tmp_path: Path) -> None:
+    _topic(tmp_path, 2 * _MIN + 4)
     topic = open_topic(tmp_path, fsync=False, create=False)
-    topic.read(0, 3 * (_MIN - 1))
+    topic.read(0, 3 * (_MIN - 1), read_ahead_to=10**9)
+    topic.read(3 * (_MIN - 1), 3 * (2 * _MIN - 1))  # a one-off read: no readahead
     assert topic._readahead.wait_idle(30)
-    assert len(topic._cache) == _MIN - 1
+    assert len(topic._cache) == 2 * _MIN - 1
+
+
+def test_readahead_stops_at_read_ahead_to(tmp_path: Path) -> None:
+    _topic(tmp_path, 3 * _MIN)
+    topic = open_topic(tmp_path, fsync=False, create=False)
+    segments = topic.snapshot().segments
+    topic.read(0, 3 * _MIN, read_ahead_to=3 * (_MIN + 2))  # a scan whose range ends two segments on
+    assert topic._readahead.wait_idle(30)
+    assert {s.path for s in segments[:_MIN + 2]} == set(topic._cache)
 
 
 def test_damage_ahead_is_left_to_the_reader_to_report(tmp_path: Path) -> None:
@@ -58,7 +68,7 @@ def test_damage_ahead_is_left_to_the_reader_to_report(tmp_path: Path) -> None:
     topic = open_topic(tmp_path, fsync=False, create=False)
     victim = topic.snapshot().segments[_MIN + 2]
     (tmp_path / TOPIC_DIR / victim.path).write_bytes(b"PAR1 not a parquet file")
-    topic.read(0, 3 * _MIN)
+    topic.read(0, 3 * _MIN, read_ahead_to=10**9)
     assert topic._readahead.wait_idle(30)  # the background decode failed quietly
     assert victim.path not in topic._cache
     _, offsets, stop = topic.read_until(3 * _MIN, 3 * (2 * _MIN + 1))
@@ -99,7 +109,7 @@ def test_the_process_exits_cleanly_right_after_a_read_that_started_readahead(tmp
         sys.path.insert(0, {str(helpers)!r})
         from log_helpers import open_topic
         topic = open_topic({str(tmp_path)!r}, fsync=False, create=False)
-        topic.read(0, {3 * 2 * _MIN})
+        topic.read(0, {3 * 2 * _MIN}, read_ahead_to=10**9)
         print("read", flush=True)
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
