@@ -21,7 +21,7 @@ from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
 from broker_core.subscription.dispatch import Window, cursor_selector, key_shared_candidates, shared_candidates
 from broker_core.subscription.failover import FailoverConsumer, active_consumer
 from broker_core.subscription.ranges import RangeSet
-from broker_core.topic.topic_log import TopicLog
+from broker_core.topic.topic_log import READ_ON, TopicLog
 
 _SCAN_ROWS = 50_000  # rows examined per dispatch round, bounds the work behind a stuck message
 _FIRST_SCAN_ROWS = 2_048  # a claim reads at most this much first and widens (x4) only while it finds too little
@@ -169,7 +169,7 @@ class SubscriptionPart:
 
     def window(self, start: int, end: int) -> tuple[Window, pa.Table, np.ndarray]:
         # claims are by offset: rows after damage wait; a backlog is read on, so read ahead
-        table, offsets, _ = self.log.read_until(start, end, read_ahead_to=self.log.log.cached_snapshot().next_offset)
+        table, offsets, _ = self.log.read_until(start, end, read_ahead_to=READ_ON)
         deliver = table.column("deliver_at").cast(pa.int64())
         deliver_ms = np.where(deliver.is_null().to_numpy(zero_copy_only=False), -1,
                               deliver.fill_null(0).to_numpy(zero_copy_only=False) // 1000)
@@ -335,7 +335,7 @@ class SubscriptionPart:
                 table = None
         if table is None:
             table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1,
-                                               read_ahead_to=self.log.log.cached_snapshot().next_offset)
+                                               read_ahead_to=READ_ON)
             index = np.searchsorted(all_offsets, wanted)
         rows = _rows_at(table, index)
         chosen = all_offsets[index]

@@ -70,6 +70,8 @@ _SEGMENT_CACHE_ENTRIES = 4  # always kept, whatever their size
 _SEGMENT_CACHE_BYTES = 64 << 20
 _SEGMENT_CACHE_MAX_ENTRIES = 16_384
 _READAHEAD_MIN_SEGMENTS = 16  # a read spanning this many segments has the following ones decoded ahead
+READ_ON = (1 << 63) - 1
+"""``read_ahead_to`` of a caller that reads on to whatever the log holds (a consumer draining it)."""
 
 
 class TopicLog(Waiters):
@@ -381,7 +383,7 @@ class TopicLog(Waiters):
         Returns the rows (``SEGMENT_SCHEMA``) and an int64 array of their offsets; removed ranges
         are simply absent (callers detect data loss by comparing with ``first_offset``).
 
-        ``read_ahead_to``: a caller that will read on (a consumer draining a backlog, a scan of a
+        ``read_ahead_to``: a caller that will read on (a consumer draining a backlog: ``READ_ON``; a scan of a
         range) gives the offset it will read up to; a read spanning many small segments then has the
         following ones, below that offset, decoded in the background (``readahead``).  None: no
         readahead (a one-off read must not spend a core on rows nobody asks for).
@@ -486,4 +488,4 @@ class TopicLog(Waiters):
         return snap.next_offset
 
 
-__all__ = ["AppendResult", "StagedSegment", "TopicLog", "dedup_keep_mask", "filter_layout"]
+__all__ = ["READ_ON", "AppendResult", "StagedSegment", "TopicLog", "dedup_keep_mask", "filter_layout"]
