@@ -90,7 +90,7 @@ def consumer_worker(args: dict[str, Any]) -> None:
     from broker_core import Client, ConsumerType, InitialPosition
 
     client = Client(args["root"])
-    consumer = client.subscribe(TOPIC, SUBSCRIPTION, consumer_type=ConsumerType.Shared,
+    consumer = client.subscribe(TOPIC, SUBSCRIPTION, consumer_type=ConsumerType[args.get("type", "Shared")],
                                 initial_position=InitialPosition.Earliest)
     print("ready", flush=True)
     count = args["count"]
@@ -178,22 +178,45 @@ def keep_up(base: str | None, seconds: float, rate: float, pythonpath: str) -> d
         shutil.rmtree(root, ignore_errors=True)
 
 
-def drain(base: str | None, segments: int, pythonpath: str) -> dict[str, float]:
-    """Scenario b: a backlog of small segments, then one consumer process drains it."""
+def make_backlog(base: str | None, segments: int, pythonpath: str) -> str:
+    """Scenario b's backlog: the four producers commit ``segments`` tiny segments as fast as they can,
+    with no consumer running.  Built once (with this checkout) and copied for every drain."""
+    root = tempfile.mkdtemp(prefix="bench-trickle-backlog-", dir=base)
+    run_producers(root, segments // PRODUCERS, 0, pythonpath)
+    return root
+
+
+def merged_copy(backlog: str, base: str | None) -> str:
+    """The same backlog with its segments merged into one (``merge_segments``): the same messages,
+    ids and cursor, one Parquet file; what the drain costs without the per-segment part."""
+    sys.path.insert(0, str(_REPO))
+    from broker_core.broker.broker import Broker
+    from broker_core.jobs.merge_segments import merge_segments
+
+    root = tempfile.mkdtemp(prefix="bench-trickle-merged-", dir=base)
+    shutil.copytree(backlog, root, dirs_exist_ok=True)
+    merge_segments(Broker.for_url(root), TOPIC, min_age_ms=0, target_bytes=1 << 40, dry_run=False)
+    return root
+
+
+def drain(backlog: str, base: str | None, consumer_type: str, pythonpath: str) -> dict[str, float]:
+    """Scenario b: one fresh consumer process drains (a copy of) the backlog, receive + acknowledge."""
+    import numpy as np
+
     root = tempfile.mkdtemp(prefix="bench-trickle-", dir=base)
     try:
-        per_producer = segments // PRODUCERS
-        count = per_producer * PRODUCERS * MESSAGES_PER_SEGMENT
-        run_producers(root, per_producer, 0, pythonpath)
+        shutil.copytree(backlog, root, dirs_exist_ok=True)
+        count = sum(len(np.load(os.path.join(backlog, f"producer-{i}.npy"))) for i in range(PRODUCERS))
+        count *= MESSAGES_PER_SEGMENT
         out = os.path.join(root, "consumer.npy")
-        consumer = spawn("consumer", {"root": root, "count": count, "out": out, "wait_go": True}, pythonpath)
+        consumer = spawn("consumer", {"root": root, "count": count, "out": out, "wait_go": True,
+                                      "type": consumer_type}, pythonpath)
         assert consumer.stdin is not None and consumer.stdout is not None
         consumer.stdin.write("go\n")
         consumer.stdin.flush()
         span = json.loads(consumer.stdout.readline())
         consumer.wait(60)
-        return {"drain_rate": count / (span["end"] - span["start"]), "segments": per_producer * PRODUCERS,
-                "drain_cpu_rate": count / span["cpu"]}
+        return {"drain_rate": count / (span["end"] - span["start"]), "drain_cpu_rate": count / span["cpu"]}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -219,6 +242,9 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, help="git ref to compare with (default: merge-base with main)")
     parser.add_argument("--no-baseline", action="store_true", help="measure this checkout only")
     parser.add_argument("--root", default=None, help="directory for the storage roots (default: temp)")
+    parser.add_argument("--drain-only", action="store_true", help="skip scenario a (keeping up)")
+    parser.add_argument("--keep-up-only", action="store_true", help="skip scenario b (draining)")
+    parser.add_argument("--types", default="Shared,Exclusive", help="consumer types that drain (comma-separated)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.worker:
@@ -231,16 +257,28 @@ def main() -> None:
         ref = opts.baseline or default_baseline()
         base_dir = baseline_tree(ref)
         variants.append((f"baseline {ref[:10]}", base_dir))
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, float]] = {label: {} for label, _ in variants}
     load_before = os.getloadavg()[0]
+    backlogs: list[str] = []
     try:
-        for label, path in variants:  # interleaved per scenario so background load hits both alike
-            results[label] = keep_up(opts.root, opts.seconds, opts.segments_per_s, path)
-        for label, path in variants:
-            results[label].update(drain(opts.root, opts.backlog, path))
+        if not opts.drain_only:
+            for label, path in variants:  # interleaved per scenario so background load hits both alike
+                results[label] = keep_up(opts.root, opts.seconds, opts.segments_per_s, path)
+        if not opts.keep_up_only:
+            backlog = make_backlog(opts.root, opts.backlog, str(_REPO))
+            backlogs.append(backlog)
+            backlogs.append(merged_copy(backlog, opts.root))
+            for consumer_type in opts.types.split(","):
+                for label, path in variants:
+                    drained = drain(backlog, opts.root, consumer_type, path)
+                    results[label].update({f"{key}_{consumer_type}": v for key, v in drained.items()})
+                merged = drain(backlogs[1], opts.root, consumer_type, str(_REPO))
+                results[variants[0][0]].update({f"merged_{key}_{consumer_type}": v for key, v in merged.items()})
     finally:
         if base_dir is not None:
             shutil.rmtree(base_dir, ignore_errors=True)
+        for backlog in backlogs:
+            shutil.rmtree(backlog, ignore_errors=True)
     print_report(results, opts, (load_before, os.getloadavg()[0]))
 
 
@@ -256,9 +294,17 @@ def print_report(results: dict[str, dict[str, float]], opts: argparse.Namespace,
         ("lag (publish -> receive) p99 (ms)", "lag_p99_ms", "{:,.1f}", ("< 1000", lambda v: v < 1000)),
         ("lag (publish -> receive) max (ms)", "lag_max_ms", "{:,.1f}", None),
         ("catch-up after producers stop (s)", "catch_up_s", "{:,.2f}", None),
-        ("backlog drain, one consumer (msg/s)", "drain_rate", "{:,.0f}", (">= 20,000", lambda v: v >= 20_000)),
-        ("  the same per CPU-second of the consumer", "drain_cpu_rate", "{:,.0f}", None),
     ]
+    if opts.drain_only:
+        rows = []
+    for consumer_type in [] if opts.keep_up_only else opts.types.split(","):
+        rows += [
+            (f"drain, one {consumer_type} consumer (msg/s)", f"drain_rate_{consumer_type}", "{:,.0f}",
+             (">= 20,000", lambda v: v >= 20_000)),
+            ("  the same per CPU-second of the consumer", f"drain_cpu_rate_{consumer_type}", "{:,.0f}", None),
+            ("  baseline: backlog merged, msg/s", f"merged_drain_rate_{consumer_type}", "{:,.0f}", None),
+            ("  baseline: backlog merged, per CPU-s", f"merged_drain_cpu_rate_{consumer_type}", "{:,.0f}", None),
+        ]
     print(f"trickle: {PRODUCERS} producers x {opts.segments_per_s:.0f} segments/s of {MESSAGES_PER_SEGMENT} x "
           f"{VALUE_BYTES} B for {opts.seconds:.0f} s; drain: {opts.backlog:,} segments; {os.cpu_count()} CPUs, "
           f"load average {load[0]:.1f} before and {load[1]:.1f} after")
@@ -270,7 +316,7 @@ def print_report(results: dict[str, dict[str, float]], opts: argparse.Namespace,
         values = [results[label].get(key, float("nan")) for label in labels]
         line = f"{title:<38}" + "".join(f"{fmt.format(v):>22}" for v in values)
         if len(labels) == 2:
-            line += f"{values[0] / values[1]:>9.2f}x" if values[1] else f"{'-':>10}"
+            line += f"{values[0] / values[1]:>9.2f}x" if values[1] == values[1] else f"{'-':>10}"
         if goal is not None:
             line += f"{goal[0]:>12}{('MET' if goal[1](values[0]) else 'MISSED'):>9}"
         print(line)

@@ -22,7 +22,7 @@ from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
 from broker_core.subscription.dispatch import Window, cursor_selector, key_shared_candidates, shared_candidates
 from broker_core.subscription.failover import FailoverConsumer, active_consumer
 from broker_core.subscription.ranges import RangeSet
-from broker_core.topic.topic_log import TopicLog
+from broker_core.topic.topic_log import READ_ON, TopicLog
 
 _SCAN_ROWS = 50_000  # rows examined per dispatch round, bounds the work behind a stuck message
 _FIRST_SCAN_ROWS = 2_048  # a claim reads at most this much first and widens (x4) only while it finds too little
@@ -174,7 +174,8 @@ class SubscriptionPart:
         return chosen == self.consumer_name
 
     def window(self, start: int, end: int) -> tuple[Window, pa.Table, np.ndarray]:
-        table, offsets, _ = self.log.read_until(start, end)  # claims are by offset: rows after damage wait
+        # claims are by offset: rows after damage wait; a backlog is read on, so read ahead
+        table, offsets, _ = self.log.read_until(start, end, read_ahead_to=READ_ON)
         deliver = table.column("deliver_at").cast(pa.int64())
         deliver_ms = np.where(deliver.is_null().to_numpy(zero_copy_only=False), -1,
                               deliver.fill_null(0).to_numpy(zero_copy_only=False) // 1000)
@@ -343,9 +344,10 @@ class SubscriptionPart:
             if not inside or not (all_offsets[np.minimum(index, len(all_offsets) - 1)] == wanted).all():
                 table = None
         if table is None:
-            table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1)
+            table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1,
+                                               read_ahead_to=READ_ON)
             index = np.searchsorted(all_offsets, wanted)
-        rows = table.take(pa.array(index))
+        rows = _rows_at(table, index)
         chosen = all_offsets[index]
         entries, batches = self.log.ids_for_offsets(chosen)
         snap = self.log.log.cached_snapshot()
@@ -376,6 +378,15 @@ class SubscriptionPart:
                 last._chunk_offsets = [p._offset for p in pieces]
                 out.append(last)
         return out
+
+
+def _rows_at(table: pa.Table, index: np.ndarray) -> pa.Table:
+    """``table.take(index)``, but a slice (no copy) when ``index`` is one ascending run, as a claim of
+    a backlog is: ``take`` over the thousands of chunks of a window of tiny segments cost ~14 us per
+    chunk, a slice costs nothing per row."""
+    if len(index) and int(index[-1]) - int(index[0]) == len(index) - 1 and (np.diff(index) == 1).all():
+        return table.slice(int(index[0]), len(index))
+    return table.take(pa.array(index))
 
 
 def _covered_until(cursor: Cursor, start: int, holders: list[RangeSet]) -> int:

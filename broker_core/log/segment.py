@@ -155,18 +155,18 @@ def encode_segment(table: pa.Table, *, compression: CompressionType = Compressio
 # few rows, ``read_table``'s dataset machinery, the thread pool hand-offs and the coalesced pre-read
 # cost 2-4x the decode itself, and consumers of a trickle of tiny commits read thousands of such
 # files a second (``benchmarks/bench_trickle.py``).  Large segments keep the parallel column decode.
-_SMALL_SEGMENT_BYTES = 1 << 20
+SMALL_SEGMENT_BYTES = 1 << 20
 
 
 def decode_segment(source: pa.NativeFile, columns: list[str] | None = None) -> pa.Table:
     """Read a segment back with exactly ``SEGMENT_SCHEMA`` types (or the chosen columns)."""
-    if source.size() < _SMALL_SEGMENT_BYTES and columns is None:
+    if source.size() < SMALL_SEGMENT_BYTES and columns is None:
         # ``ParquetReader`` is what ``ParquetFile`` wraps; ``ParquetFile`` adds a per-file walk of the
         # schema's nested paths (a third of a tiny file's decode) that reading every column never needs
         reader = pq.ParquetReader()
         reader.open(source, pre_buffer=False)
         table = reader.read_all(use_threads=False)
-    elif source.size() < _SMALL_SEGMENT_BYTES:
+    elif source.size() < SMALL_SEGMENT_BYTES:
         # by name: Parquet numbers leaf columns, and the properties map has two
         table = pq.ParquetFile(source, pre_buffer=False).read(columns, use_threads=False).select(columns)
     else:
@@ -183,21 +183,39 @@ def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef) -> pa.Tab
     offsets would then be wrong).  The message says what to do: restore the file, or set it aside
     with ``pubsub topics check --repair`` (its messages are then recorded as lost)."""
     path = f"{topic_path}/{seg.path}"
-    what = f"segment {path!r} (offsets {seg.base_offset}..{seg.end_offset - 1})"
-    fix = ("; restore the file from a backup, or run `pubsub topics check TOPIC --repair --execute` to set it "
-           "aside (its messages are then recorded as lost)")
-    try:  # no existence check first: on an object store it would be a round trip of its own
-        table = decode_segment(io.open_input(path))
-    except BrokerPersistenceError as exc:  # the FileIO's "missing" (or a storage error: then it exists)
-        if io.exists(path):
-            raise
-        raise SegmentCorrupted(f"{what} is missing{fix}", path=path, offset=seg.base_offset) from exc
+    try:
+        table = decode_segment(_open(io, path, seg))
+    except BrokerPersistenceError:
+        # existence is checked only when opening fails: a ``stat`` (an object store's HEAD) before
+        # every open cost a fifth of decoding a tiny segment (``benchmarks/bench_trickle.py``)
+        if not io.exists(path):
+            raise _damaged(path, seg, "is missing") from None
+        raise
     except (OSError, ValueError, pa.ArrowException) as exc:
-        raise SegmentCorrupted(f"{what} is unreadable ({exc}){fix}", path=path, offset=seg.base_offset) from exc
+        raise _damaged(path, seg, f"is unreadable ({exc})") from exc
     if table.num_rows != seg.num_records:
-        raise SegmentCorrupted(f"{what} holds {table.num_rows} rows, its log entry says {seg.num_records}{fix}",
-                               path=path, offset=seg.base_offset)
+        raise _damaged(path, seg, f"holds {table.num_rows} rows, its log entry says {seg.num_records}")
     return table
+
+
+def _open(io: FileIO, path: str, seg: SegmentRef) -> pa.NativeFile:
+    """A small local segment is read with plain ``pread``s: ``open_input``'s memory map costs a
+    ``stat``, an ``mmap`` and an ``munmap`` per file, more than the whole file's bytes are worth."""
+    if seg.size_bytes < SMALL_SEGMENT_BYTES and io.is_local:
+        try:
+            return pa.OSFile(io.abs_path(path))
+        except FileNotFoundError as exc:
+            raise BrokerPersistenceError(f"segment file {path!r} is missing", path=path) from exc
+    return io.open_input(path)
+
+
+def _damaged(path: str, seg: SegmentRef, problem: str) -> SegmentCorrupted:
+    return SegmentCorrupted(
+        f"segment {path!r} (offsets {seg.base_offset}..{seg.end_offset - 1}) {problem}; restore the file from a "
+        "backup, or run `pubsub topics check TOPIC --repair --execute` to set it aside (its messages are then "
+        "recorded as lost)",
+        path=path, offset=seg.base_offset,
+    )
 
 
 __all__ = [

@@ -88,7 +88,7 @@ def scan(task: ScanTask, *, max_rows: int = 65_536) -> Iterator[ScanChunk]:
             )
         while pos < end:
             stop = min(end, pos + max_rows)
-            rows, offsets = log.read(pos, stop, snapshot=snap)
+            rows, offsets = log.read(pos, stop, snapshot=snap, read_ahead_to=end)
             pos = stop
             keep = _slot_mask(rows, task.slot_range)
             if keep is not None:

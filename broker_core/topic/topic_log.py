@@ -31,6 +31,7 @@ from broker_core.errors import DirectoryGone, ProducerFenced, SegmentCorrupted, 
 from broker_core.log.actions import Action, Add, Metadata, Txn
 from broker_core.log.segment import (
     SEGMENT_SCHEMA,
+    SMALL_SEGMENT_BYTES,
     CompressionType,
     delta_schema_string,
     encode_segment,
@@ -60,6 +61,7 @@ from broker_core.topic.append_checks import (
 )
 from broker_core.topic.offset_ids import seek_offset, segment_id_arrays
 from broker_core.topic.prefetch import SegmentPrefetcher
+from broker_core.topic.readahead import Readahead
 from broker_core.topic.staged_writes import StagedSegment, staged_commit_actions, unreferenced, write_staged
 from broker_core.topic.waiters import Waiters
 
@@ -69,6 +71,9 @@ _SEGMENT_CACHE_ENTRIES = 4  # always kept, whatever their size
 # cost more than everything else it does (``benchmarks/bench_trickle.py``).
 _SEGMENT_CACHE_BYTES = 64 << 20
 _SEGMENT_CACHE_MAX_ENTRIES = 16_384
+_READAHEAD_MIN_SEGMENTS = 16  # a read spanning this many segments has the following ones decoded ahead
+READ_ON = (1 << 63) - 1
+"""``read_ahead_to`` of a caller that reads on to whatever the log holds (a consumer draining it)."""
 
 
 class TopicLog(Waiters):
@@ -99,13 +104,14 @@ class TopicLog(Waiters):
             max_retries=max_retries,
             background_checkpoints=background_checkpoints,
         )
-        self._cache: OrderedDict[str, pa.Table] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[pa.Table, int]] = OrderedDict()  # path -> (rows, bytes)
         self._cache_bytes = 0
         self._cache_lock = threading.Lock()
         self._prefetcher: SegmentPrefetcher | None = None
         if not io.is_local:  # a GET is a round trip: start it as soon as a polled commit names the file
             self._prefetcher = SegmentPrefetcher()
             self.log.on_polled = self._prefetch_added
+        self._readahead = Readahead(self._warm, name=path.rsplit("/", 1)[-1])
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -349,45 +355,72 @@ class TopicLog(Waiters):
             SegmentCorrupted: the file is missing, unreadable, or holds another row count than its
                 ``add`` says (``docs/PROTOCOL.md`` section 3a: what to do about it).
         """
+        cached = self._cached(seg.path)
+        if cached is None:
+            self._readahead.forget(seg.path)  # being decoded right now: wait for it, do not decode twice
+            cached = self._cached(seg.path)
+        return cached if cached is not None else self._decode(seg)
+
+    def _cached(self, path: str) -> pa.Table | None:
         with self._cache_lock:
-            cached = self._cache.get(seg.path)
-            if cached is not None:
-                self._cache.move_to_end(seg.path)
-                return cached
+            cached = self._cache.get(path)
+            if cached is None:
+                return None
+            self._cache.move_to_end(path)
+            return cached[0]
+
+    def _warm(self, seg: SegmentRef) -> None:
+        """The readahead thread's work: decode ``seg`` into the cache unless it is there."""
+        with self._cache_lock:
+            if seg.path in self._cache:
+                return
+        self._decode(seg)
+
+    def _decode(self, seg: SegmentRef) -> pa.Table:
         pending = None if self._prefetcher is None else self._prefetcher.take(seg.path)
         table = read_segment_checked(self.io, self.path, seg) if pending is None else pending.result()
+        # the size is taken once and kept with the entry: a table's ``get_total_buffer_size`` walks
+        # its sixteen columns (10-20 us, a tenth of decoding a tiny segment), its single record
+        # batch's takes a third of that, ``nbytes`` 70x more
+        size_bytes = sum(batch.get_total_buffer_size() for batch in table.to_batches())
         with self._cache_lock:
             if seg.path not in self._cache:
-                self._cache[seg.path] = table
-                self._cache_bytes += table.get_total_buffer_size()  # (``nbytes`` costs 70x more)
+                self._cache[seg.path] = (table, size_bytes)
+                self._cache_bytes += size_bytes
             while len(self._cache) > _SEGMENT_CACHE_ENTRIES and (
                 self._cache_bytes > _SEGMENT_CACHE_BYTES or len(self._cache) > _SEGMENT_CACHE_MAX_ENTRIES
             ):
-                self._cache_bytes -= self._cache.popitem(last=False)[1].get_total_buffer_size()
+                self._cache_bytes -= self._cache.popitem(last=False)[1][1]
         return table
 
-    def read(self, start: int, end: int, *, snapshot: Snapshot | None = None) -> tuple[pa.Table, np.ndarray]:
+    def read(self, start: int, end: int, *, snapshot: Snapshot | None = None,
+             read_ahead_to: int | None = None) -> tuple[pa.Table, np.ndarray]:
         """Messages with offsets in [start, end) that are still live, and their offsets.
 
         Returns the rows (``SEGMENT_SCHEMA``) and an int64 array of their offsets; removed ranges
         are simply absent (callers detect data loss by comparing with ``first_offset``).
 
+        ``read_ahead_to``: a caller that will read on (a consumer draining a backlog: ``READ_ON``; a scan of a
+        range) gives the offset it will read up to; a read spanning many small segments then has the
+        following ones, below that offset, decoded in the background (``readahead``).  None: no
+        readahead (a one-off read must not spend a core on rows nobody asks for).
+
         Raises:
             SegmentCorrupted: a segment in the range is damaged (``read_until`` returns what precedes it).
         """
-        table, offsets, _ = self._read(start, end, snapshot, partial=False)
+        table, offsets, _ = self._read(start, end, snapshot, partial=False, ahead_to=read_ahead_to)
         return table, offsets
 
-    def read_until(self, start: int, end: int, *,
-                   snapshot: Snapshot | None = None) -> tuple[pa.Table, np.ndarray, int]:
+    def read_until(self, start: int, end: int, *, snapshot: Snapshot | None = None,
+                   read_ahead_to: int | None = None) -> tuple[pa.Table, np.ndarray, int]:
         """As ``read``, but a damaged segment after some readable rows ends the read early instead of
         failing it: returns the rows, their offsets and where reading stopped (``end``, or the damaged
         segment's base offset).  A read that *starts* at a damaged segment raises ``SegmentCorrupted``,
         so readers deliver every good message before the damage and then report it."""
-        return self._read(start, end, snapshot, partial=True)
+        return self._read(start, end, snapshot, partial=True, ahead_to=read_ahead_to)
 
-    def _read(self, start: int, end: int, snapshot: Snapshot | None,
-              partial: bool) -> tuple[pa.Table, np.ndarray, int]:
+    def _read(self, start: int, end: int, snapshot: Snapshot | None, *,
+              partial: bool, ahead_to: int | None) -> tuple[pa.Table, np.ndarray, int]:
         snap = snapshot or self.log.cached_snapshot()
         stop = end
         end = min(end, snap.next_offset)
@@ -410,10 +443,26 @@ class TopicLog(Waiters):
             pieces.append(whole if lo == 0 and hi == whole.num_rows else whole.slice(lo, hi - lo))
             offsets.append(np.arange(seg.base_offset + lo, seg.base_offset + hi, dtype=np.int64))
             i += 1
+        if ahead_to is not None and len(pieces) >= _READAHEAD_MIN_SEGMENTS:
+            self._read_ahead(snap, i, len(pieces), ahead_to)
         if not pieces:
             return SEGMENT_SCHEMA.empty_table(), np.empty(0, dtype=np.int64), stop
         table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
         return table, np.concatenate(offsets), stop
+
+    def _read_ahead(self, snap: Snapshot, first: int, count: int, until: int) -> None:
+        """A read that spanned ``count`` segments (a backlog of tiny ones): have the next as many small
+        segments below offset ``until``, from index ``first``, decoded in the background
+        (``readahead``), within a quarter of the cache so that they never push out the rows the
+        reader is working on."""
+        budget = _SEGMENT_CACHE_BYTES // 4
+        wanted: list[SegmentRef] = []
+        for seg in snap.segments[first:first + min(count, _SEGMENT_CACHE_MAX_ENTRIES // 4)]:
+            budget -= seg.size_bytes
+            if seg.base_offset >= until or seg.size_bytes >= SMALL_SEGMENT_BYTES or budget < 0:
+                break
+            wanted.append(seg)
+        self._readahead.want(wanted)
 
     def ids_for_offsets(
         self, offsets: np.ndarray, *, snapshot: Snapshot | None = None
@@ -456,4 +505,4 @@ class TopicLog(Waiters):
         return snap.next_offset
 
 
-__all__ = ["AppendResult", "StagedSegment", "TopicLog", "dedup_keep_mask", "filter_layout"]
+__all__ = ["READ_ON", "AppendResult", "StagedSegment", "TopicLog", "dedup_keep_mask", "filter_layout"]

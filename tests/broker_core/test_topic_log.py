@@ -112,13 +112,13 @@ def test_messages_round_trip_every_column(topic: TopicLog) -> None:
 def test_both_decode_paths_read_every_column_and_column_subsets(
     topic: TopicLog, monkeypatch: pytest.MonkeyPatch, small_below_bytes: int
 ) -> None:
-    """Segments under 1 MiB decode on the calling thread (``segment._SMALL_SEGMENT_BYTES``), larger
+    """Segments under 1 MiB decode on the calling thread (``segment.SMALL_SEGMENT_BYTES``), larger
     ones with ``read_table``; both give exactly ``SEGMENT_SCHEMA`` and the same rows."""
     from broker_core.log import segment
 
     table = producer_table("p", range(50))
     data = segment.encode_segment(table)
-    monkeypatch.setattr(segment, "_SMALL_SEGMENT_BYTES", small_below_bytes)
+    monkeypatch.setattr(segment, "SMALL_SEGMENT_BYTES", small_below_bytes)
     assert segment.decode_segment(pa.BufferReader(data)).equals(table)
     subset = segment.decode_segment(pa.BufferReader(data), columns=["sequence_id", "value"])
     assert subset.column_names == ["sequence_id", "value"]
