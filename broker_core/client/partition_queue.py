@@ -11,19 +11,21 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker_core.client.builder import PendingMessage
+    from broker_core.client.producer_pipeline import InFlight
     from broker_core.producer.registry import ProducerRegistry
     from broker_core.topic.topic_log import TopicLog
 
 
 class PartitionQueue:
-    """One partition's pending messages and counters; guarded by the producer's lock.
+    """One partition's pending messages, its batches in flight and counters; guarded by the producer's lock.
 
     The registration epoch and the topic's identity live here too: every commit to the partition
     carries them.
     """
 
     __slots__ = (
-        "bytes", "committed", "enqueued", "epoch", "flush_target", "log", "messages", "registry", "taken", "topic_id",
+        "bytes", "committed", "committing", "enqueued", "epoch", "flush_target", "in_flight", "in_flight_messages",
+        "log", "messages", "registry", "taken", "topic_id",
     )
 
     def __init__(self, log: TopicLog, registry: ProducerRegistry) -> None:
@@ -35,6 +37,11 @@ class PartitionQueue:
         self.taken = 0
         self.committed = 0
         self.flush_target = 0
+        # the pipeline (``producer_pipeline``): batches taken and not yet resolved, in order, how many
+        # messages they hold, and whether one of their commits is in flight (one at a time, in order)
+        self.in_flight: deque[InFlight] = deque()
+        self.in_flight_messages = 0
+        self.committing = False
         self.epoch = 0
         self.topic_id: str | None = None  # the metaData id of the topic registered on (see ``_register``)
 

@@ -22,7 +22,6 @@ import random
 import re
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,9 +42,11 @@ from broker_core.log.checkpoint import (
     read_last_checkpoint,
     write_checkpoint,
 )
+from broker_core.log.checkpointer import Checkpointer
 from broker_core.log.gaps import COMMIT_RE as _COMMIT_RE
 from broker_core.log.gaps import check_no_gap, commit_path, gap_error
 from broker_core.log.snapshot import Snapshot
+from broker_core.log.writer_tip import OwnCommit
 from broker_core.storage import FileIO
 
 _LOG = logging.getLogger(__name__)
@@ -87,15 +88,13 @@ class TransactionLog:
         self.table_path = table_path
         self.checkpoint_interval = checkpoint_interval
         self.max_retries = max_retries
-        self.background_checkpoints = background_checkpoints
+        self._checkpoints = Checkpointer(io, table_path, background=background_checkpoints)
         self._lock = threading.RLock()
         self._snapshot: Snapshot | None = None
-        self._pending_checkpoints: deque[Snapshot] = deque()
-        self._checkpointer: threading.Thread | None = None
-        self._checkpoint_lock = threading.Lock()
         self._verified_s = time.monotonic()
         self._last_gap_probe_s = self._verified_s
         self._tip: tuple[int, int] | None = None  # (version, hash of its commit file) of ``_snapshot``
+        self._own: OwnCommit | None = None  # this handle's last commit, while it may be trusted (writer_tip)
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -286,6 +285,16 @@ class TransactionLog:
             snapshot = self.snapshot()
             return self._past_deletion(snapshot) if snapshot.deleted else snapshot
 
+    def writer_snapshot(self) -> Snapshot:
+        """The state a commit builds on: this handle's own last commit while it may be trusted
+        without reading anything (``writer_tip``), else ``live_snapshot``."""
+        with self._lock:
+            own, snap = self._own, self._snapshot
+            if own is not None and snap is not None and own.vouches_for(snap):
+                return snap
+            self._own = None
+            return self.live_snapshot()
+
     def snapshot(self) -> Snapshot:
         """The latest state (polls the next version files; loads on first use)."""
         with self._lock:
@@ -334,8 +343,10 @@ class TransactionLog:
         """
         with self._lock:
             # a stale handle must never re-create a cleaned-up version nor build on another topic's:
-            # live_snapshot checks the cached version's commit; later attempts replay what they lost to
-            snapshot = self.live_snapshot()
+            # live_snapshot checks the cached version's commit, unless this handle wrote it a moment
+            # ago (``writer_tip``); later attempts replay what they lost to
+            snapshot = self.writer_snapshot()
+            trusted = snapshot is self._snapshot and self._own is not None
             for attempt in range(1, self.max_retries + 1):
                 if snapshot.deleted:  # a deletion won the race for this version
                     raise self._deleted(snapshot)
@@ -349,7 +360,7 @@ class TransactionLog:
                     engine_info=ENGINE_INFO,
                 )
                 version = snapshot.version + 1
-                if self.io.exists(commit_path(self.table_path, version + 1)):  # never fill a gap
+                if not trusted and self.io.exists(commit_path(self.table_path, version + 1)):  # never fill a gap
                     if not self.io.exists(commit_path(self.table_path, version)):
                         raise gap_error(self.table_path, version, version + 1)
                     snapshot = self._replay_from(snapshot)  # lost the race to two commits already
@@ -358,6 +369,8 @@ class TransactionLog:
                 # apply before writing: actions the log could not replay (LogCorrupted) must never
                 # reach storage, where they would poison every later reader
                 applied = snapshot.apply(version, actions)
+                self._own = None
+                started_s = time.monotonic()
                 try:
                     created = self.io.put_if_absent(commit_path(self.table_path, version), payload,
                                                     anchor=self.table_path)
@@ -366,10 +379,13 @@ class TransactionLog:
                 if created:
                     snapshot = applied
                     self._snapshot, self._tip = snapshot, (version, hash(payload))
+                    if not self.io.is_local:
+                        self._own = OwnCommit.now(snapshot, started_s)
                     if version % self.checkpoint_interval == 0:
-                        self._checkpoint_soon(snapshot)
+                        self._checkpoints.owe(snapshot)
                     return CommitResult(version=version, snapshot=snapshot, attempts=attempt)
                 # lost the race: catch up and re-validate
+                trusted = False
                 snapshot = self._replay_from(snapshot)
                 if attempt > 8:
                     time.sleep(random.uniform(0, min(0.05, 0.001 * attempt)))
@@ -379,36 +395,9 @@ class TransactionLog:
                 path=self.table_path,
             )
 
-    def _checkpoint_soon(self, snapshot: Snapshot) -> None:
-        """Write a checkpoint of ``snapshot`` now, or on a background thread so the commit that
-        crossed the interval does not pay for it (its cost grows with the number of live segments)."""
-        if not self.background_checkpoints:
-            write_checkpoint(self.io, self.table_path, snapshot)
-            return
-        with self._checkpoint_lock:
-            self._pending_checkpoints.append(snapshot)  # every interval gets its checkpoint, in order
-            if self._checkpointer is None or not self._checkpointer.is_alive():
-                self._checkpointer = threading.Thread(target=self._drain_checkpoints, daemon=True,
-                                                      name=f"pubsub-checkpoint-{self.table_path}")
-                self._checkpointer.start()
-
-    def _drain_checkpoints(self) -> None:
-        while True:
-            with self._checkpoint_lock:
-                if not self._pending_checkpoints:
-                    self._checkpointer = None
-                    return
-                snapshot = self._pending_checkpoints.popleft()
-            try:
-                write_checkpoint(self.io, self.table_path, snapshot)
-            except Exception:  # a later interval or a reopening process writes the next one
-                continue
-
     def wait_for_checkpoints(self, timeout_s: float = 30.0) -> None:
         """Block until background checkpoints are written (tests, clean shutdown)."""
-        thread = self._checkpointer
-        if thread is not None:
-            thread.join(timeout_s)
+        self._checkpoints.wait(timeout_s)
 
     def checkpoint(self) -> int:
         """Write a checkpoint of the latest version now; return that version."""
