@@ -82,6 +82,7 @@ class ProducerPipeline(ProducerQueueing):
                 self._partition_names[self._queues.index(q)],
                 deadline_s=self._deadline(item.messages[0].enqueued_s),
                 closed=lambda: self._client._closed,
+                policy_source=self._effective,
             )
             table = rows_for(item.ordered, self._name, schema_version=self._schema_version)
             item.prepared = q.log.prepare(table, layout=item.layout, compression=self._compression,
