@@ -51,11 +51,12 @@ class ProducerConnection:
     # -- policies (re-read at most once a second: a policy change needs no restart) ----------------
 
     def _effective(self) -> EffectivePolicies:
-        """The topic's policies; past a second old they are re-read on a pool worker while the send
-        path and the sender thread go on with the old ones (on an object store a re-read is several
-        round trips, which neither may wait for)."""
+        """The topic's policies, re-read once they are a second old.  On an object store a re-read is
+        several round trips, which neither the send path nor the sender thread may wait for: it runs
+        on a pool worker while they go on with the old policies.  A local re-read is cheap and done
+        at once, so a change applies to the very next send."""
         cache = self._policy_cache
-        if cache is None:
+        if cache is None or (self._policies.io.is_local and time.monotonic() >= self._policy_expires):
             cache = self._policy_cache = self._policies.effective(self._topic)
             self._policy_expires = time.monotonic() + 1.0
         elif time.monotonic() >= self._policy_expires:

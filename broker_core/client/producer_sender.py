@@ -120,7 +120,6 @@ class ProducerSender(ProducerPipeline):
 
     def _run(self) -> None:
         while True:
-            dedup = self._dedup  # reads the topic's policies at most once a second: outside the lock
             with self._cond:
                 while True:
                     now = time.monotonic()
@@ -139,6 +138,8 @@ class ProducerSender(ProducerPipeline):
                     timeout = min([*waits, self._lease_ms / 3000])
                     self._cond.wait(timeout=max(timeout, 0.0005))
                     self._renew_leases()
+                # the policies as of now (no I/O on object stores; a cheap local re-read once a second)
+                dedup = self._dedup if ready else False
                 launched = [(q, self._launch(q, batch, dedup)) for q in ready if (batch := self._take(q))]
                 self._pending_total -= sum(len(item.messages) for _, item in launched)
                 self._cond.notify_all()

@@ -46,6 +46,7 @@ from broker_core.log.checkpointer import Checkpointer
 from broker_core.log.gaps import COMMIT_RE as _COMMIT_RE
 from broker_core.log.gaps import check_no_gap, commit_path, gap_error
 from broker_core.log.snapshot import Snapshot
+from broker_core.log import writer_tip
 from broker_core.log.writer_tip import OwnCommit
 from broker_core.storage import FileIO
 
@@ -370,7 +371,7 @@ class TransactionLog:
                 # reach storage, where they would poison every later reader
                 applied = snapshot.apply(version, actions)
                 self._own = None
-                started_s = time.monotonic()
+                started_s = writer_tip.monotonic_s()
                 try:
                     created = self.io.put_if_absent(commit_path(self.table_path, version), payload,
                                                     anchor=self.table_path)

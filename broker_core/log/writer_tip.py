@@ -42,13 +42,18 @@ class OwnCommit:
     @classmethod
     def now(cls, snapshot: Snapshot, started_s: float) -> OwnCommit:
         """The commit of ``snapshot`` whose put (with its anchor check) began at ``started_s``."""
-        done_s = time.monotonic()
+        done_s = monotonic_s()
         return cls(snapshot=snapshot, done_s=done_s, took_s=done_s - started_s)
 
     def vouches_for(self, snapshot: Snapshot) -> bool:
         """May a commit build on ``snapshot`` without reading the log first?  Only on the very
         state this handle committed, and only within the time that commit took."""
-        return snapshot is self.snapshot and time.monotonic() - self.done_s < self.took_s
+        return snapshot is self.snapshot and monotonic_s() - self.done_s <= self.took_s
 
 
-__all__ = ["OwnCommit"]
+def monotonic_s() -> float:
+    """The monotonic clock (a seam: tests freeze or advance it)."""
+    return time.monotonic()
+
+
+__all__ = ["OwnCommit", "monotonic_s"]
