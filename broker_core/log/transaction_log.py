@@ -12,14 +12,16 @@ slower as the log grows (``docs/PROTOCOL.md``).
 A deleted topic's log ends with a tombstone (``Admin.delete_topic``): no commit can follow it, and a
 handle never replays past it.  Once the tombstoned log is gone, the handle follows whatever is at the
 path, possibly a re-created topic that starts again at version 0; a writer therefore checks, before
-it commits, that the version its state is at is still the commit it read (``live_snapshot``).
+it commits, that the version its state is at is still the commit it read (``live_snapshot``), unless
+it committed that version itself a moment ago: then it goes straight to the conditional put, whose
+refusal is all it needs to hear of another writer (``writer_tip``).  Opening (``opening``) and
+background checkpoints (``checkpointer``) live beside this module.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -29,30 +31,21 @@ from broker_core.errors import (
     BrokerPersistenceError,
     CommitConflict,
     DirectoryGone,
-    LogCorrupted,
     TopicDeleted,
     TopicNotFound,
 )
-from broker_core.log.actions import Action, CommitInfo, Metadata, Protocol, decode_actions, encode_actions
-from broker_core.log.checkpoint import (
-    LAST_CHECKPOINT,
-    LOG_DIR,
-    checkpoint_path,
-    read_checkpoint,
-    read_last_checkpoint,
-    write_checkpoint,
-)
-from broker_core.log.checkpointer import Checkpointer
-from broker_core.log.gaps import COMMIT_RE as _COMMIT_RE
-from broker_core.log.gaps import check_no_gap, commit_path, gap_error
-from broker_core.log.snapshot import Snapshot
 from broker_core.log import writer_tip
+from broker_core.log.actions import Action, CommitInfo, Metadata, Protocol, decode_actions, encode_actions
+from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, write_checkpoint
+from broker_core.log.checkpointer import Checkpointer
+from broker_core.log.gaps import check_no_gap, commit_path, gap_error
+from broker_core.log.opening import starting_state
+from broker_core.log.snapshot import Snapshot
 from broker_core.log.writer_tip import OwnCommit
 from broker_core.storage import FileIO
 
 _LOG = logging.getLogger(__name__)
 ENGINE_INFO = "spark-pubsub/0.1"
-_CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 
 
 class NothingToCommit(Exception):
@@ -105,10 +98,6 @@ class TransactionLog:
         return ((snap is not None and not snap.deleted) or self.io.exists(commit_path(self.table_path, 0))
                 or self.io.exists(f"{self.table_path}/{LOG_DIR}/{LAST_CHECKPOINT}"))
 
-    def _read_version(self, version: int) -> list[Action] | None:
-        read = self._read_commit(version)
-        return None if read is None else read[0]
-
     def _read_commit(self, version: int) -> tuple[list[Action], int] | None:
         """The actions of a commit and a hash of its file (which tells two topics' version v apart)."""
         data = self.io.read_bytes(commit_path(self.table_path, version))
@@ -117,51 +106,13 @@ class TransactionLog:
         return decode_actions(data, version=version), hash(data)
 
     def _load(self) -> Snapshot:
-        """Open the log: the hinted checkpoint (or the newest readable one, or version 0), then the
-        commits after it.  An opener lists the log once to make sure no commit is missing below the
-        newest (``log.gaps``)."""
+        """Open the log: the starting checkpoint (``log.opening``), then the commits after it.  An
+        opener lists the log once to make sure no commit is missing below the newest (``log.gaps``)."""
         self._tip = None
-        start = read_last_checkpoint(self.io, self.table_path)
-        damaged: list[LogCorrupted] = []
-        snapshot = self._try_checkpoint(start, damaged) if start is not None else None
-        if snapshot is None:
-            snapshot = self._load_without_hint(damaged, tried=start if damaged else None)
-        snapshot = self._replay_from(snapshot)
+        snapshot = self._replay_from(starting_state(self.io, self.table_path))
         if not snapshot.deleted:
             check_no_gap(self.io, self.table_path, snapshot.version, listed=True)
         return snapshot
-
-    def _try_checkpoint(self, version: int, damaged: list[LogCorrupted]) -> Snapshot | None:
-        """A checkpoint's state, or None when it is missing or unreadable: a damaged checkpoint is only
-        a shortcut lost, since the JSON commits hold the same state (Delta readers fall back too)."""
-        try:
-            return read_checkpoint(self.io, self.table_path, version)
-        except LogCorrupted as exc:
-            _LOG.warning("ignoring the damaged checkpoint %s of %s and replaying the JSON commits instead (run "
-                         "`pubsub topics check --repair` to rebuild it): %s",
-                         checkpoint_path(self.table_path, version), self.table_path, exc)
-            damaged.append(exc)
-            return None
-
-    def _load_without_hint(self, damaged: list[LogCorrupted], *, tried: int | None) -> Snapshot:
-        # Rare path (no, stale or damaged hint): list the log once to find the newest readable checkpoint.
-        names = self.io.list_dir(f"{self.table_path}/{LOG_DIR}")
-        checkpoints = sorted((int(m.group(1)) for n in names if (m := _CHECKPOINT_RE.match(n))), reverse=True)
-        for version in checkpoints:
-            snap = None if version == tried else self._try_checkpoint(version, damaged)
-            if snap is not None:
-                return snap
-        first = self._read_version(0)
-        if first is None:
-            if damaged:  # the commits before the damaged checkpoint were cleaned up: nothing to replay
-                raise damaged[0]
-            if any(_COMMIT_RE.match(n) for n in names):
-                raise LogCorrupted(
-                    f"the log of {self.table_path!r} has commits but neither version 0 nor a checkpoint",
-                    version=0,
-                )
-            raise TopicNotFound(f"no topic log at {self.table_path!r}", path=self.table_path)
-        return Snapshot.from_actions(0, first)
 
     def _replay_from(self, snapshot: Snapshot) -> Snapshot:
         if snapshot.deleted:

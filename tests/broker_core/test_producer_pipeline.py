@@ -181,10 +181,13 @@ def test_a_topic_deleted_between_two_trusted_commits_gets_nothing_written_under_
     Admin.open(url).create_topic(T)
     topic = TopicLog(file_io_for(url), TOPIC_DIR)
     topic.append(producer_table("p", [0]), layout=[1])
-    Admin.open(url).delete_topic(T, force=True)  # tombstone commit, marker, then every key removed
+    Admin.open(url).delete_topic(T, force=True)  # tombstone commit 2, the marker, every key removed
+    ops.log.clear()
     with pytest.raises(TopicDeleted):
         topic.append(producer_table("p", [1]), layout=[1])  # trusted: straight to the put of version 2
-    assert file_io_for(url).list_dir(TOPIC_DIR) == []
+    log_requests = [(kind, key.rsplit("/", 1)[-1]) for kind, key in ops.under(f"{TOPIC_DIR}/_delta_log")]
+    assert log_requests[0] == ("PUT", f"{2:020d}.json")  # succeeds (the log is gone): only the marker tells
+    assert file_io_for(url).list_dir(TOPIC_DIR) == []  # the commit and the segment were taken back
 
 
 def test_a_writer_idle_through_a_deletion_and_a_re_creation_writes_nothing_into_the_new_topic(
@@ -353,7 +356,7 @@ def test_a_pipelined_producer_killed_mid_flight_loses_and_duplicates_nothing(any
             ends = [int(line.split()[1]) for line in lines if line.startswith("ack ")]
             acked_end = max([acked_end, *ends])
             topic = TopicLog(file_io_for(root, storage_options=any_root.storage_options), TOPIC_DIR)
-            table, offsets = read_all(topic)
+            table, _ = read_all(topic)
             seqs = table.column("sequence_id").to_numpy()
             assert np.array_equal(seqs, np.arange(len(seqs))), context  # no loss, no duplicate, in order
             assert len(seqs) >= acked_end, context  # everything acknowledged is there
