@@ -1,4 +1,5 @@
-"""One partition's queue of a producer: its pending messages, counters and registration.
+"""One partition's queue of a producer: its pending messages, its batches in flight, counters and
+registration.
 
 Its own module because both halves of a producer use it: registration (``producer_connection``)
 and the send path (``producer_queue``, ``producer_sender``).
@@ -7,13 +8,36 @@ and the send path (``producer_queue``, ``producer_sender``).
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker_core.client.builder import PendingMessage
-    from broker_core.client.producer_pipeline import InFlight
     from broker_core.producer.registry import ProducerRegistry
+    from broker_core.topic.appends import PreparedAppend
     from broker_core.topic.topic_log import TopicLog
+
+
+@dataclass(slots=True, eq=False)
+class InFlight:
+    """One batch taken from a partition's queue, from its upload until it is resolved.
+
+    ``floors`` are the dedup floors its segment is written against: the highest sequence id of the
+    batches ahead of it (they will commit first).
+    """
+
+    messages: list[PendingMessage]  # as taken, in send order
+    ordered: list[PendingMessage]  # in commit order (``plan_entries``)
+    layout: list[int]
+    max_sequence_id: int
+    dedup: bool
+    floors: dict[str, int] | None
+    prepared: PreparedAppend | None = None
+    error: BaseException | None = None
+    stage: int = 0  # UPLOADING, UPLOADED (``prepared`` or ``error`` set), COMMITTING, DONE (to resolve)
+
+
+UPLOADING, UPLOADED, COMMITTING, DONE = range(4)
 
 
 class PartitionQueue:
@@ -46,4 +70,4 @@ class PartitionQueue:
         self.topic_id: str | None = None  # the metaData id of the topic registered on (see ``_register``)
 
 
-__all__ = ["PartitionQueue"]
+__all__ = ["COMMITTING", "DONE", "UPLOADED", "UPLOADING", "InFlight", "PartitionQueue"]

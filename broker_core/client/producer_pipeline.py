@@ -21,16 +21,14 @@ These are the worker-side tasks; ``producer_sender`` decides what runs when.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from broker_core.client.builder import PendingMessage, rows_for
-from broker_core.client.partition_queue import PartitionQueue
+from broker_core.client.partition_queue import DONE, UPLOADED, InFlight, PartitionQueue
 from broker_core.client.producer_queue import ProducerQueueing
 from broker_core.message_id import MessageId
-from broker_core.topic.appends import PreparedAppend
 
 if TYPE_CHECKING:
     import threading
@@ -39,28 +37,6 @@ if TYPE_CHECKING:
     from broker_core.jobs.backlog import BacklogQuotaGuard
     from broker_core.log.segment import CompressionType
     from broker_core.naming import TopicName
-
-
-@dataclass(slots=True, eq=False)
-class InFlight:
-    """One batch taken from a partition's queue, from its upload until it is resolved.
-
-    ``floors`` are the dedup floors its segment is written against: the highest sequence id of the
-    batches ahead of it (they will commit first).
-    """
-
-    messages: list[PendingMessage]  # as taken, in send order
-    ordered: list[PendingMessage]  # in commit order (``plan_entries``)
-    layout: list[int]
-    max_sequence_id: int
-    dedup: bool
-    floors: dict[str, int] | None
-    prepared: PreparedAppend | None = None
-    error: BaseException | None = None
-    stage: int = 0  # UPLOADING, UPLOADED (``prepared`` or ``error`` set), COMMITTING, DONE (to resolve)
-
-
-UPLOADING, UPLOADED, COMMITTING, DONE = range(4)
 
 
 class ProducerPipeline(ProducerQueueing):
@@ -141,4 +117,4 @@ class ProducerPipeline(ProducerQueueing):
         return None if self._send_timeout_s is None else since_s + self._send_timeout_s
 
 
-__all__ = ["COMMITTING", "DONE", "UPLOADED", "UPLOADING", "InFlight", "ProducerPipeline"]
+__all__ = ["ProducerPipeline"]

@@ -22,8 +22,8 @@ import time
 from typing import TYPE_CHECKING
 
 from broker_core.client.builder import PendingMessage, plan_entries
-from broker_core.client.partition_queue import PartitionQueue
-from broker_core.client.producer_pipeline import COMMITTING, DONE, UPLOADED, InFlight, ProducerPipeline
+from broker_core.client.partition_queue import COMMITTING, DONE, UPLOADED, InFlight, PartitionQueue
+from broker_core.client.producer_pipeline import ProducerPipeline
 from broker_core.errors import DirectoryGone, PulsarException, TopicDeleted
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ written again before the commit is retried (``Rewrite``).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,15 +25,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_core.errors import ProducerFenced
 from broker_core.log.actions import Action, Add, Txn
 from broker_core.log.segment import CompressionType, encode_segment, new_segment_name
 from broker_core.log.segment_ref import SegmentRef
 from broker_core.log.snapshot import TXN_NEXT_ENTRY_ID, TXN_NEXT_OFFSET, Snapshot
+from broker_core.log.transaction_log import NothingToCommit
 from broker_core.storage import FileIO
-from broker_core.topic.append_checks import dedup_keep_mask, filter_layout, producer_txns
+from broker_core.topic.append_checks import Rewrite, check_topic_id, dedup_keep_mask, filter_layout, producer_txns
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class PreparedAppend:
     """A segment written for a commit that has not happened yet (see ``TopicLog.prepare``).
 
@@ -141,4 +144,33 @@ def group_actions(snap: Snapshot, group: Sequence[PreparedAppend], *, now_ms: in
     return actions, refs
 
 
-__all__ = ["PreparedAppend", "discard", "group_actions", "group_keeps", "upload"]
+def commit_actions(snap: Snapshot, group: Sequence[PreparedAppend], *, topic: str, producer_epoch: int | None,
+                   topic_id: str | None, txn: tuple[str, int] | None) -> tuple[list[Action], list[SegmentRef | None]]:
+    """What a commit of ``group`` on top of ``snap`` writes, after the checks every append makes.
+
+    Raises:
+        TopicDeleted: the topic at the path is no longer the one with ``topic_id``.
+        ProducerFenced: the topic's producer epoch is not ``producer_epoch``.
+        NothingToCommit: ``txn`` is recorded at its version or later, or every row is a duplicate.
+        Rewrite: the rows a segment must hold changed (a segment holds rows that are duplicates now).
+    """
+    check_topic_id(snap, topic_id)
+    if producer_epoch is not None and snap.producer_epoch != producer_epoch:
+        raise ProducerFenced(
+            f"producer fenced on {topic!r}: the topic's producer epoch is {snap.producer_epoch}, this producer "
+            f"holds {producer_epoch}; an exclusive producer took the topic over",
+            topic=topic,
+        )
+    if txn is not None:
+        prior = snap.txn_version(txn[0])
+        if prior is not None and prior >= txn[1]:
+            raise NothingToCommit(f"{txn[0]} already at {prior}")
+    keeps = group_keeps(group, snap)
+    if any(not np.array_equal(keep, item.keep) for keep, item in zip(keeps, group, strict=True)):
+        raise Rewrite(keeps)
+    if txn is None and all(item.path is None for item in group):
+        raise NothingToCommit("every row was a duplicate")
+    return group_actions(snap, group, now_ms=int(time.time() * 1000), txn=txn)
+
+
+__all__ = ["PreparedAppend", "commit_actions", "discard", "group_actions", "group_keeps", "upload"]

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from broker_core.errors import DirectoryGone, ProducerFenced, SegmentCorrupted, TopicDeleted
+from broker_core.errors import DirectoryGone, SegmentCorrupted, TopicDeleted
 from broker_core.log.actions import Action, Metadata, Txn
 from broker_core.log.segment import (
     SEGMENT_SCHEMA,
@@ -48,12 +48,11 @@ from broker_core.topic.append_checks import (
     AppendResult,
     Rewrite,
     check_app_ids,
-    check_topic_id,
     check_txn_app_id,
     dedup_keep_mask,
     filter_layout,
 )
-from broker_core.topic.appends import PreparedAppend, discard, group_actions, group_keeps, upload
+from broker_core.topic.appends import PreparedAppend, commit_actions, discard, upload
 from broker_core.topic.offset_ids import seek_offset, segment_id_arrays
 from broker_core.topic.staged_writes import StagedSegment, staged_commit_actions, unreferenced, write_staged
 from broker_core.topic.waiters import Waiters
@@ -220,25 +219,8 @@ class TopicLog(Waiters):
             refs: list[SegmentRef | None] = []
 
             def build(snap: Snapshot) -> list[Action]:
-                check_topic_id(snap, topic_id)
-                if producer_epoch is not None and snap.producer_epoch != producer_epoch:
-                    raise ProducerFenced(
-                        f"producer fenced on {self.path!r}: the topic's producer epoch is "
-                        f"{snap.producer_epoch}, this producer holds {producer_epoch}; "
-                        "an exclusive producer took the topic over",
-                        topic=self.path,
-                    )
-                if txn is not None:
-                    prior = snap.txn_version(txn[0])
-                    if prior is not None and prior >= txn[1]:
-                        raise NothingToCommit(f"{txn[0]} already at {prior}")
-                keeps = group_keeps(group, snap)
-                if any(not np.array_equal(k, item.keep) for k, item in zip(keeps, group, strict=True)):
-                    raise Rewrite(keeps)
-                if txn is None and all(item.path is None for item in group):
-                    raise NothingToCommit("every row was a duplicate")
-                actions, built = group_actions(snap, group, now_ms=int(time.time() * 1000), txn=txn)
-                refs[:] = built
+                actions, refs[:] = commit_actions(snap, group, topic=self.path, producer_epoch=producer_epoch,
+                                                  topic_id=topic_id, txn=txn)
                 return actions
 
             try:
@@ -247,9 +229,13 @@ class TopicLog(Waiters):
                 changed = [(i, k) for i, (k, item) in enumerate(zip(rewrite.keeps, group, strict=True))
                            if not np.array_equal(k, item.keep)]
                 discard(self.io, self.path, [group[i] for i, _ in changed])
-                for i, keep in changed:
-                    old = group[i]
-                    group[i] = self._upload(old.table, old.layout, old.compression, old.dedup, keep)
+                try:
+                    for i, keep in changed:
+                        old = group[i]
+                        group[i] = self._upload(old.table, old.layout, old.compression, old.dedup, keep)
+                except BaseException:
+                    discard(self.io, self.path, group)  # those already discarded are gone: a no-op
+                    raise
                 continue
             except NothingToCommit:
                 discard(self.io, self.path, group)
