@@ -14,7 +14,8 @@ Roots: ``local`` (a temporary folder, fsync on), and S3 on ``moto_server`` (127.
 ``pubsub_simulated_latency`` profiles ``standard`` (GET/HEAD/LIST 30 ms, PUT 80 ms) and ``express``
 (10 ms each).
 
-a. requests per commit: ``TopicLog.append`` of 100 rows, one after another, per request type;
+a. requests per commit: ``TopicLog.append`` of 100 rows, one after another, per request type (and
+   commits/s, on the local root too);
 b. producer throughput on one partition with ``max_pending_messages=10000`` and batches of 1,000
    (``batching_max_messages=1000``), the same on 8 partitions (keys spread over them), and the
    default configuration (batching on, everything else default) on one partition: ``send_async``
@@ -175,7 +176,7 @@ def main() -> None:
             if not args.no_baseline:
                 sources["old"] = _baseline_source(args.baseline_rev, tmp)
             print(f"a. requests per commit, TopicLog.append of 100 rows ({args.commits} commits)")
-            for kind in [k for k in kinds if k != "local"]:
+            for kind in kinds:
                 for label, src in sources.items():
                     url, options = _root(kind, tmp, moto)
                     res = _run_child(src, {"what": "commits", "kind": kind, "url": url, "options": options,
