@@ -32,6 +32,7 @@ class InFlight:
     max_sequence_id: int
     dedup: bool
     floors: dict[str, int] | None
+    partial: bool  # cut by the publish delay, not by a size limit or a flush
     prepared: PreparedAppend | None = None
     error: BaseException | None = None
     stage: int = 0  # UPLOADING, UPLOADED (``prepared`` or ``error`` set), COMMITTING, DONE (to resolve)

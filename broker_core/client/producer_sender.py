@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from broker_core.client.builder import PendingMessage, plan_entries
-from broker_core.client.partition_queue import COMMITTING, DONE, UPLOADED, InFlight, PartitionQueue
+from broker_core.client.partition_queue import COMMITTING, DONE, UPLOADED, UPLOADING, InFlight, PartitionQueue
 from broker_core.client.producer_pipeline import ProducerPipeline
 from broker_core.errors import DirectoryGone, PulsarException, TopicDeleted
 
@@ -59,11 +59,13 @@ class ProducerSender(ProducerPipeline):
             return False  # the pipeline is full: wait for a commit to resolve
         if not self._batching or self._closed or q.taken < q.flush_target:
             return True
-        return (
-            len(q.messages) >= self._batch_max_messages
-            or q.bytes >= self._batch_max_bytes
-            or now - q.messages[0].enqueued_s >= self._batch_delay_s
-        )
+        if len(q.messages) >= self._batch_max_messages or q.bytes >= self._batch_max_bytes:
+            return True
+        # A batch cut by the delay waits while another such batch of the partition uploads: each
+        # upload is a request (billed, and CPU), and the messages that arrive meanwhile could not
+        # commit much sooner on their own than together with the next cut.
+        return now - q.messages[0].enqueued_s >= self._batch_delay_s and not any(
+            item.partial and item.stage == UPLOADING for item in q.in_flight)
 
     def _take(self, q: PartitionQueue) -> list[PendingMessage]:
         limit = self._batch_max_messages if self._batching else 10_000
@@ -87,7 +89,9 @@ class ProducerSender(ProducerPipeline):
         floors = None
         if dedup and q.in_flight:  # the batches ahead will commit first: their sequence ids are taken
             floors = {self._name: max(item.max_sequence_id for item in q.in_flight)}
-        item = InFlight(batch, ordered, layout, max(msg.sequence_id for msg in batch), dedup, floors)
+        partial = self._batching and len(batch) < self._batch_max_messages and (
+            sum(msg.size_bytes for msg in batch) < self._batch_max_bytes)
+        item = InFlight(batch, ordered, layout, max(msg.sequence_id for msg in batch), dedup, floors, partial)
         q.in_flight.append(item)
         q.in_flight_messages += len(batch)
         self._in_flight_total += len(batch)
@@ -134,7 +138,8 @@ class ProducerSender(ProducerPipeline):
                     # a batch's delay runs out only where the pipeline has room; elsewhere a commit
                     # resolving wakes this thread
                     waits = [self._batch_delay_s - (now - q.messages[0].enqueued_s) for q in self._queues
-                             if q.messages and self._room(q) >= min(len(q.messages), self._batch_max_messages)]
+                             if q.messages and self._room(q) >= min(len(q.messages), self._batch_max_messages)
+                             and not any(item.partial and item.stage == UPLOADING for item in q.in_flight)]
                     timeout = min([*waits, self._lease_ms / 3000])
                     self._cond.wait(timeout=max(timeout, 0.0005))
                     self._renew_leases()
