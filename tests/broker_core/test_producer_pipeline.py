@@ -228,6 +228,7 @@ def test_a_pipelined_producer_commits_groups_of_uploaded_batches_with_two_reques
     client = _client(url)
     try:
         producer = client.create_producer(T, batching_enabled=True, batching_max_messages=100,
+                                          batching_max_publish_delay_ms=60_000,  # batches cut by size only
                                           max_pending_messages=2000, block_if_queue_full=True)
         producer.send(b"first")  # registration, the first commit: not what is counted
         ops.log.clear()
@@ -267,6 +268,7 @@ def test_a_failed_upload_fails_its_own_batch_in_order_and_later_batches_commit(
     client = _client(url)
     try:
         producer = client.create_producer(T, batching_enabled=True, batching_max_messages=10,
+                                          batching_max_publish_delay_ms=60_000,  # batches cut by size only
                                           max_pending_messages=200, block_if_queue_full=True)
         producer.send(b"first")
         ops.fail = lambda key, data: "/part-" in key and b"m25" in data  # the third batch's segment
