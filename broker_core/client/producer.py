@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from broker_core.client.args import check_type
 from broker_core.client.builder import PendingMessage
 from broker_core.client.context import HandleOwner
+from broker_core.client.daemon_pool import DaemonPool
 from broker_core.client.partition_queue import PartitionQueue
 from broker_core.client.producer_sender import ProducerSender
 from broker_core.errors import (
@@ -121,6 +122,10 @@ class Producer(ProducerSender):
         self._cond = threading.Condition(self._lock)
         self._done_cond = threading.Condition()
         self._pending_total = 0
+        self._in_flight_total = 0
+        # uploads and commits (producer_pipeline): a commit per partition at a time, and the uploads
+        # that keep them busy; threads start on demand
+        self._pool = DaemonPool(f"pubsub-producer-{producer_name}", max_workers=min(32, 4 + 3 * len(partitions)))
         self._closed = False
         self._failure: PulsarException | None = None
         self._queues = [

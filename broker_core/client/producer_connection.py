@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker_core.client.context import HandleOwner
@@ -23,6 +24,7 @@ from broker_core.errors import DirectoryGone, ProducerBusy, ProducerFenced, Puls
 from broker_core.producer.registry import ProducerAccessMode
 
 if TYPE_CHECKING:
+    from broker_core.client.daemon_pool import DaemonPool
     from broker_core.client.partition_queue import PartitionQueue
     from broker_core.clock import Clock
     from broker_core.naming import TopicName
@@ -44,16 +46,36 @@ class ProducerConnection:
     _policies: PolicyStore
     _policy_expires: float
     _policy_cache: EffectivePolicies | None
+    _pool: DaemonPool
 
     # -- policies (re-read at most once a second: a policy change needs no restart) ----------------
 
     def _effective(self) -> EffectivePolicies:
-        now = time.monotonic()
-        if now >= self._policy_expires:
+        """The topic's policies, re-read once they are a second old.  On an object store a re-read is
+        several round trips, which neither the send path nor the sender thread may wait for: it runs
+        on a pool worker while they go on with the old policies.  A local re-read is cheap and done
+        at once, so a change applies to the very next send."""
+        cache = self._policy_cache
+        if cache is None or (self._policies.io.is_local and time.monotonic() >= self._policy_expires):
+            cache = self._policy_cache = self._policies.effective(self._topic)
+            self._policy_expires = time.monotonic() + 1.0
+        elif time.monotonic() >= self._policy_expires:
+            self._policy_expires = float("inf")  # one re-read at a time
+            self._in_background(self._refresh_policies)
+        return cache
+
+    def _refresh_policies(self) -> None:
+        try:
             self._policy_cache = self._policies.effective(self._topic)
-            self._policy_expires = now + 1.0
-        assert self._policy_cache is not None
-        return self._policy_cache
+        finally:
+            self._policy_expires = time.monotonic() + 1.0
+
+    def _in_background(self, task: Callable[[], None]) -> None:
+        """Run ``task`` on the producer's pool (inline once the pool is shut down: a closing producer)."""
+        try:
+            self._pool.submit(task)
+        except RuntimeError:
+            task()
 
     @property
     def _dedup(self) -> bool:
@@ -101,15 +123,23 @@ class ProducerConnection:
         return error
 
     def _renew_leases(self) -> None:
+        """Every third of the lease, renew it on every partition, on a pool worker: a renewal is a
+        state commit per partition, which the sender thread must not wait for."""
         now = time.monotonic()
         if self._failure is not None or (now - self._last_renew_s) * 1000 < self._lease_ms / 3:
             return  # a failed producer stays failed: it has nothing to renew
-        self._last_renew_s = now
-        for q in self._queues:
-            try:
-                q.registry.renew(self._name, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms)
-            except PulsarException as exc:
-                self._failure = self._failure or self._classify(q, exc)
+        self._last_renew_s = float("inf")  # one renewal at a time
+        self._in_background(self._renew_now)
+
+    def _renew_now(self) -> None:
+        try:
+            for q in self._queues:
+                try:
+                    q.registry.renew(self._name, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms)
+                except PulsarException as exc:
+                    self._failure = self._failure or self._classify(q, exc)
+        finally:
+            self._last_renew_s = time.monotonic()
 
     def _classify(self, q: PartitionQueue, exc: PulsarException) -> PulsarException:
         """A lost registration means fencing, unless the topic itself was deleted (and maybe re-created)."""

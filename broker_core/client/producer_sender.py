@@ -1,12 +1,16 @@
-"""A producer's sender thread: it turns the partition queues into commits.
+"""A producer's sender thread: it turns the partition queues into uploads and commits.
 
-``send_async`` only queues; one daemon sender thread per producer commits.  With batching, a batch
-is flushed when it reaches ``batching_max_messages`` or ``batching_max_allowed_size_in_bytes``,
-when its oldest message is ``batching_max_publish_delay_ms`` old, or on ``flush()``/``send()``;
-without batching, everything queued for a partition is committed together as separate entries
-(group commit).  Each commit first waits for the backlog quota.  Callbacks run on this thread after
-the commit, so a callback means the message is durable.  A commit that fails resolves every message
-of its batch with the error; a deleted topic or a fencing fails the producer for good.
+``send_async`` only queues; one daemon sender thread per producer decides what happens next, and
+pool workers do the storage work (``producer_pipeline``).  With batching, a batch is taken when it
+reaches ``batching_max_messages`` or ``batching_max_allowed_size_in_bytes``, when its oldest message
+is ``batching_max_publish_delay_ms`` old, or on ``flush()``/``send()``; without batching, everything
+queued for a partition is taken together as separate entries.  A batch is taken only while the
+partition's messages in flight stay within ``max_pending_messages`` (one batch always may go).
+Each taken batch uploads at once; whenever a partition has no commit in flight, its uploaded
+batches at the head of the line commit together (each waits for the backlog quota first).
+Callbacks run on this thread after the commit, in send order per partition, so a callback means
+the message is durable.  A commit that fails resolves every message of its batches with the error;
+a deleted topic or a fencing fails the producer for good.
 
 ``MessageId``s are worked out only for batches in which somebody waits for one (``send``, or
 ``send_async`` with a callback): a plain ``send_async`` has nobody to hand its id to.
@@ -15,48 +19,53 @@ of its batch with the error; a deleted topic or a fencing fails the producer for
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from broker_core.client.builder import PendingMessage, plan_entries, rows_for
-from broker_core.client.partition_queue import PartitionQueue
-from broker_core.client.producer_queue import ProducerQueueing
+from broker_core.client.builder import PendingMessage, plan_entries
+from broker_core.client.partition_queue import COMMITTING, DONE, UPLOADED, UPLOADING, InFlight, PartitionQueue
+from broker_core.client.producer_pipeline import ProducerPipeline
 from broker_core.errors import DirectoryGone, PulsarException, TopicDeleted
-from broker_core.message_id import MessageId
 
 if TYPE_CHECKING:
     import threading
 
-    from broker_core.jobs.backlog import BacklogQuotaGuard
-    from broker_core.log.segment import CompressionType
     from broker_core.naming import TopicName
 
 
-class ProducerSender(ProducerQueueing):
+class ProducerSender(ProducerPipeline):
     """The sender-thread half of a producer; ``Producer.__init__`` sets the attributes below and
     starts ``_run`` on a thread."""
 
     _batching: bool
     _batch_delay_s: float
     _key_based: bool
-    _compression: CompressionType
-    _send_timeout_s: float | None
-    _quota: BacklogQuotaGuard
     _partition_names: list[TopicName]
     _done_cond: threading.Condition
     _last_sequence_id: int
+    _in_flight_total: int
+
+    def _room(self, q: PartitionQueue) -> int:
+        """How many messages of ``q`` may go in flight now: ``max_pending_messages`` per partition and
+        ``max_pending_messages_across_partitions`` in all (when nothing is in flight, a whole batch)."""
+        room = 1 << 62 if not q.in_flight_messages else self._max_pending - q.in_flight_messages
+        if self._max_pending_total > 0 and self._in_flight_total:
+            room = min(room, self._max_pending_total - self._in_flight_total)
+        return room
 
     def _ready(self, q: PartitionQueue, now: float) -> bool:
         if not q.messages:
             return False
+        if self._room(q) < min(len(q.messages), self._batch_max_messages if self._batching else 10_000):
+            return False  # the pipeline is full: wait for a commit to resolve
         if not self._batching or self._closed or q.taken < q.flush_target:
             return True
-        return (
-            len(q.messages) >= self._batch_max_messages
-            or q.bytes >= self._batch_max_bytes
-            or now - q.messages[0].enqueued_s >= self._batch_delay_s
-        )
+        if len(q.messages) >= self._batch_max_messages or q.bytes >= self._batch_max_bytes:
+            return True
+        # A batch cut by the delay waits while another such batch of the partition uploads: each
+        # upload is a request (billed, and CPU), and the messages that arrive meanwhile could not
+        # commit much sooner on their own than together with the next cut.
+        return now - q.messages[0].enqueued_s >= self._batch_delay_s and not any(
+            item.partial and item.stage == UPLOADING for item in q.in_flight)
 
     def _take(self, q: PartitionQueue) -> list[PendingMessage]:
         limit = self._batch_max_messages if self._batching else 10_000
@@ -74,83 +83,99 @@ class ProducerSender(ProducerQueueing):
         q.taken += len(out)
         return out
 
+    def _launch(self, q: PartitionQueue, batch: list[PendingMessage], dedup: bool) -> InFlight:
+        """Put a taken batch in flight behind the others of its partition (under the lock)."""
+        ordered, layout = plan_entries(batch, batching=self._batching, key_based=self._key_based)
+        floors = None
+        if dedup and q.in_flight:  # the batches ahead will commit first: their sequence ids are taken
+            floors = {self._name: max(item.max_sequence_id for item in q.in_flight)}
+        partial = self._batching and len(batch) < self._batch_max_messages and (
+            sum(msg.size_bytes for msg in batch) < self._batch_max_bytes)
+        item = InFlight(batch, ordered, layout, max(msg.sequence_id for msg in batch), dedup, floors, partial)
+        q.in_flight.append(item)
+        q.in_flight_messages += len(batch)
+        self._in_flight_total += len(batch)
+        return item
+
+    @staticmethod
+    def _next_group(q: PartitionQueue) -> list[InFlight]:
+        """The uploaded batches at the head of ``q``'s line, to commit together (under the lock)."""
+        if q.committing:
+            return []
+        group: list[InFlight] = []
+        for item in q.in_flight:
+            if item.stage == DONE:
+                continue  # committed, waiting to be resolved
+            if item.stage != UPLOADED:
+                break
+            group.append(item)
+        for item in group:
+            item.stage = COMMITTING
+        q.committing = bool(group)
+        return group
+
+    @staticmethod
+    def _resolvable(q: PartitionQueue) -> list[InFlight]:
+        """Pop the resolved-to-be batches from the head of ``q``'s line (under the lock)."""
+        out: list[InFlight] = []
+        while q.in_flight and q.in_flight[0].stage == DONE:
+            out.append(q.in_flight.popleft())
+        return out
+
     def _run(self) -> None:
         while True:
             with self._cond:
                 while True:
                     now = time.monotonic()
                     ready = [q for q in self._queues if self._ready(q, now)]
-                    if ready:
+                    groups = [(q, g) for q in self._queues if (g := self._next_group(q))]
+                    done = [(q, d) for q in self._queues if (d := self._resolvable(q))]
+                    if ready or groups or done:
                         break
-                    if self._closed and not any(q.messages for q in self._queues):
+                    if self._closed and not any(q.messages or q.in_flight for q in self._queues):
+                        self._pool.shutdown()
                         return
-                    waits = [self._batch_delay_s - (now - q.messages[0].enqueued_s) for q in self._queues if q.messages]
+                    # a batch's delay runs out only where the pipeline has room; elsewhere a commit
+                    # resolving wakes this thread
+                    waits = [self._batch_delay_s - (now - q.messages[0].enqueued_s) for q in self._queues
+                             if q.messages and self._room(q) >= min(len(q.messages), self._batch_max_messages)
+                             and not any(item.partial and item.stage == UPLOADING for item in q.in_flight)]
                     timeout = min([*waits, self._lease_ms / 3000])
                     self._cond.wait(timeout=max(timeout, 0.0005))
                     self._renew_leases()
-                work = [(q, self._take(q)) for q in ready]
-                self._pending_total -= sum(len(batch) for _, batch in work)
+                # the policies as of now (no I/O on object stores; a cheap local re-read once a second)
+                dedup = self._dedup if ready else False
+                launched = [(q, self._launch(q, batch, dedup)) for q in ready if (batch := self._take(q))]
+                self._pending_total -= sum(len(item.messages) for _, item in launched)
                 self._cond.notify_all()
-            for q, batch in work:
-                if batch:
-                    self._commit(q, batch)
+            for q, item in launched:
+                self._pool.submit(lambda q=q, item=item: self._upload(q, item))  # type: ignore[misc]
+            for q, group in groups:
+                self._pool.submit(lambda q=q, group=group: self._commit_group(q, group))  # type: ignore[misc]
+            for q, finished in done:
+                self._resolve_batches(q, finished)
             self._renew_leases()
 
-    def _commit(self, q: PartitionQueue, batch: list[PendingMessage]) -> None:
-        partition = self._queues.index(q) if self._partitioned else -1
-        try:
-            if self._failure is not None:
-                raise self._failure
-            self._quota.admit(
-                self._partition_names[self._queues.index(q)],
-                deadline_s=self._deadline(batch[0].enqueued_s),
-                closed=lambda: self._client._closed,
-            )
-            ordered, layout = plan_entries(batch, batching=self._batching, key_based=self._key_based)
-            table = rows_for(ordered, self._name, schema_version=self._schema_version)
-            result = q.log.append(
-                table, layout=layout, compression=self._compression, dedup=self._dedup, producer_epoch=q.epoch,
-                topic_id=q.topic_id,
-            )
-        except BaseException as exc:  # resolve every waiter, whatever happened
-            error = exc if isinstance(exc, PulsarException) else PulsarException(f"commit failed: {exc!r}")
-            if isinstance(exc, TopicDeleted | DirectoryGone):  # disconnected for good, as in Pulsar
-                self._failure = error = self._failure or self._disconnected(exc)
-            elif isinstance(exc, PulsarException) and type(exc).__name__ == "ProducerFenced":
-                self._failure = exc
-            for msg in batch:
-                msg.error = error
-            self._resolve(q, batch)
-            return
-        if any(msg.wants_id for msg in ordered):  # a plain send_async has nobody to hand its id to
-            self._assign_ids(q, partition, ordered, result.kept, result.segment)
-        seq_max = max(msg.sequence_id for msg in batch)
-        with self._cond:
-            self._last_sequence_id = max(self._last_sequence_id, seq_max)
-        self._resolve(q, batch)
-
-    def _assign_ids(
-        self, q: PartitionQueue, partition: int, ordered: list[PendingMessage], kept: np.ndarray, segment: Any
-    ) -> None:
-        """Set the ``MessageId`` of each committed message (-1s for a duplicate dropped by dedup)."""
-        ledger = q.log.log.cached_snapshot().ledger_id
-        entry_list: list[int] = []
-        batch_list: list[int] = []
-        if segment is not None:
-            offsets = segment.base_offset + np.cumsum(kept) - 1
-            entries, batches = q.log.ids_for_offsets(offsets[kept])
-            entry_list, batch_list = entries.tolist(), batches.tolist()
-        i = 0
-        for was_kept, msg in zip(kept.tolist(), ordered, strict=True):
-            if was_kept:
-                msg.result = MessageId._trusted(partition, ledger, entry_list[i], batch_list[i])
-                i += 1
+    def _resolve_batches(self, q: PartitionQueue, batches: list[InFlight]) -> None:
+        """Settle committed (or failed) batches in order: errors, the sequence id, waiters, callbacks."""
+        for item in batches:
+            exc = item.error
+            if exc is None:
+                with self._cond:
+                    self._last_sequence_id = max(self._last_sequence_id, item.max_sequence_id)
             else:
-                msg.result = MessageId._trusted(partition, -1, -1, -1)
-
-    def _deadline(self, since_s: float) -> float | None:
-        """When a send begun at ``since_s`` (monotonic) times out; None without a send timeout."""
-        return None if self._send_timeout_s is None else since_s + self._send_timeout_s
+                error = exc if isinstance(exc, PulsarException) else PulsarException(f"commit failed: {exc!r}")
+                if isinstance(exc, TopicDeleted | DirectoryGone):  # disconnected for good, as in Pulsar
+                    self._failure = error = self._failure or self._disconnected(exc)
+                elif isinstance(exc, PulsarException) and type(exc).__name__ == "ProducerFenced":
+                    self._failure = exc
+                for msg in item.messages:
+                    msg.error = error
+            with self._cond:
+                q.in_flight_messages -= len(item.messages)
+                self._in_flight_total -= len(item.messages)
+                self._cond.notify_all()
+            self._resolve(q, item.messages)
 
     def _resolve(self, q: PartitionQueue, batch: list[PendingMessage]) -> None:
         """Mark a committed (or failed) batch done, wake waiters, then run the callbacks in order."""

@@ -366,7 +366,8 @@ class BacklogQuotaGuard:
         return entry
 
     def admit(self, partition: TopicName, *, deadline_s: float | None,
-              closed: Callable[[], bool] = lambda: False) -> None:
+              closed: Callable[[], bool] = lambda: False,
+              policy_source: Callable[[], EffectivePolicies] | None = None) -> None:
         """Return when a commit to ``partition`` may go ahead under the topic's backlog quota.
 
         Args:
@@ -375,6 +376,8 @@ class BacklogQuotaGuard:
                 it, so the caller gets the quota error rather than a bare timeout (None: wait as long
                 as it takes).
             closed: tells a held send that its client closed.
+            policy_source: where the topic's policies come from (default: the broker's policy store); a
+                producer passes its own cache, which never makes a send wait for a re-read.
 
         Raises:
             ProducerBlockedQuotaExceededException: over quota under ``producer_exception``.
@@ -382,7 +385,7 @@ class BacklogQuotaGuard:
             AlreadyClosed: the client closed while the send was held.
         """
         while True:
-            policies = self._broker.policies.effective(self._topic)
+            policies = self._broker.policies.effective(self._topic) if policy_source is None else policy_source()
             if policies.backlog_quota_limit_size < 0 and policies.backlog_quota_limit_time < 0:
                 return  # the default: no quota, no I/O
             checked_s, status = self._status(partition, policies)

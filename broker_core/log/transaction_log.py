@@ -12,17 +12,18 @@ slower as the log grows (``docs/PROTOCOL.md``).
 A deleted topic's log ends with a tombstone (``Admin.delete_topic``): no commit can follow it, and a
 handle never replays past it.  Once the tombstoned log is gone, the handle follows whatever is at the
 path, possibly a re-created topic that starts again at version 0; a writer therefore checks, before
-it commits, that the version its state is at is still the commit it read (``live_snapshot``).
+it commits, that the version its state is at is still the commit it read (``live_snapshot``), unless
+it committed that version itself a moment ago: then it goes straight to the conditional put, whose
+refusal is all it needs to hear of another writer (``writer_tip``).  Opening (``opening``) and
+background checkpoints (``checkpointer``) live beside this module.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import re
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,27 +31,21 @@ from broker_core.errors import (
     BrokerPersistenceError,
     CommitConflict,
     DirectoryGone,
-    LogCorrupted,
     TopicDeleted,
     TopicNotFound,
 )
+from broker_core.log import writer_tip
 from broker_core.log.actions import Action, CommitInfo, Metadata, Protocol, decode_actions, encode_actions
-from broker_core.log.checkpoint import (
-    LAST_CHECKPOINT,
-    LOG_DIR,
-    checkpoint_path,
-    read_checkpoint,
-    read_last_checkpoint,
-    write_checkpoint,
-)
-from broker_core.log.gaps import COMMIT_RE as _COMMIT_RE
+from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, write_checkpoint
+from broker_core.log.checkpointer import Checkpointer
 from broker_core.log.gaps import check_no_gap, commit_path, gap_error, verify_period_s
+from broker_core.log.opening import starting_state
 from broker_core.log.snapshot import Snapshot
+from broker_core.log.writer_tip import OwnCommit
 from broker_core.storage import FileIO
 
 _LOG = logging.getLogger(__name__)
 ENGINE_INFO = "spark-pubsub/0.1"
-_CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 
 
 class NothingToCommit(Exception):
@@ -87,16 +82,14 @@ class TransactionLog:
         self.table_path = table_path
         self.checkpoint_interval = checkpoint_interval
         self.max_retries = max_retries
-        self.background_checkpoints = background_checkpoints
+        self._checkpoints = Checkpointer(io, table_path, background=background_checkpoints)
         self._lock = threading.RLock()
         self._snapshot: Snapshot | None = None
-        self._pending_checkpoints: deque[Snapshot] = deque()
-        self._checkpointer: threading.Thread | None = None
-        self._checkpoint_lock = threading.Lock()
         self._verify_period_s = verify_period_s(io)  # idle checks of the tip: 1 s on a folder, 10 s remote
         self._verified_s = time.monotonic()
         self._last_gap_probe_s = self._verified_s
         self._tip: tuple[int, int] | None = None  # (version, hash of its commit file) of ``_snapshot``
+        self._own: OwnCommit | None = None  # this handle's last commit, while it may be trusted (writer_tip)
         self.on_polled: Callable[[Snapshot, list[Action]], None] | None = None
         """Called (under the log's lock: must not block) with each commit a poll finds after the cached
         state, as soon as it is parsed and before the poll reads on (``topic.prefetch``)."""
@@ -109,10 +102,6 @@ class TransactionLog:
         return ((snap is not None and not snap.deleted) or self.io.exists(commit_path(self.table_path, 0))
                 or self.io.exists(f"{self.table_path}/{LOG_DIR}/{LAST_CHECKPOINT}"))
 
-    def _read_version(self, version: int) -> list[Action] | None:
-        read = self._read_commit(version)
-        return None if read is None else read[0]
-
     def _read_commit(self, version: int) -> tuple[list[Action], int] | None:
         """The actions of a commit and a hash of its file (which tells two topics' version v apart)."""
         data = self.io.read_bytes(commit_path(self.table_path, version))
@@ -121,51 +110,13 @@ class TransactionLog:
         return decode_actions(data, version=version), hash(data)
 
     def _load(self) -> Snapshot:
-        """Open the log: the hinted checkpoint (or the newest readable one, or version 0), then the
-        commits after it.  An opener lists the log once to make sure no commit is missing below the
-        newest (``log.gaps``)."""
+        """Open the log: the starting checkpoint (``log.opening``), then the commits after it.  An
+        opener lists the log once to make sure no commit is missing below the newest (``log.gaps``)."""
         self._tip = None
-        start = read_last_checkpoint(self.io, self.table_path)
-        damaged: list[LogCorrupted] = []
-        snapshot = self._try_checkpoint(start, damaged) if start is not None else None
-        if snapshot is None:
-            snapshot = self._load_without_hint(damaged, tried=start if damaged else None)
-        snapshot = self._replay_from(snapshot)
+        snapshot = self._replay_from(starting_state(self.io, self.table_path))
         if not snapshot.deleted:
             check_no_gap(self.io, self.table_path, snapshot.version, listed=True)
         return snapshot
-
-    def _try_checkpoint(self, version: int, damaged: list[LogCorrupted]) -> Snapshot | None:
-        """A checkpoint's state, or None when it is missing or unreadable: a damaged checkpoint is only
-        a shortcut lost, since the JSON commits hold the same state (Delta readers fall back too)."""
-        try:
-            return read_checkpoint(self.io, self.table_path, version)
-        except LogCorrupted as exc:
-            _LOG.warning("ignoring the damaged checkpoint %s of %s and replaying the JSON commits instead (run "
-                         "`pubsub topics check --repair` to rebuild it): %s",
-                         checkpoint_path(self.table_path, version), self.table_path, exc)
-            damaged.append(exc)
-            return None
-
-    def _load_without_hint(self, damaged: list[LogCorrupted], *, tried: int | None) -> Snapshot:
-        # Rare path (no, stale or damaged hint): list the log once to find the newest readable checkpoint.
-        names = self.io.list_dir(f"{self.table_path}/{LOG_DIR}")
-        checkpoints = sorted((int(m.group(1)) for n in names if (m := _CHECKPOINT_RE.match(n))), reverse=True)
-        for version in checkpoints:
-            snap = None if version == tried else self._try_checkpoint(version, damaged)
-            if snap is not None:
-                return snap
-        first = self._read_version(0)
-        if first is None:
-            if damaged:  # the commits before the damaged checkpoint were cleaned up: nothing to replay
-                raise damaged[0]
-            if any(_COMMIT_RE.match(n) for n in names):
-                raise LogCorrupted(
-                    f"the log of {self.table_path!r} has commits but neither version 0 nor a checkpoint",
-                    version=0,
-                )
-            raise TopicNotFound(f"no topic log at {self.table_path!r}", path=self.table_path)
-        return Snapshot.from_actions(0, first)
 
     def _replay_from(self, snapshot: Snapshot) -> Snapshot:
         if snapshot.deleted:
@@ -294,6 +245,16 @@ class TransactionLog:
             snapshot = self.snapshot()
             return self._past_deletion(snapshot) if snapshot.deleted else snapshot
 
+    def writer_snapshot(self) -> Snapshot:
+        """The state a commit builds on: this handle's own last commit while it may be trusted
+        without reading anything (``writer_tip``), else ``live_snapshot``."""
+        with self._lock:
+            own, snap = self._own, self._snapshot
+            if own is not None and snap is not None and own.vouches_for(snap):
+                return snap
+            self._own = None
+            return self.live_snapshot()
+
     def snapshot(self) -> Snapshot:
         """The latest state (polls the next version files; loads on first use)."""
         with self._lock:
@@ -342,8 +303,10 @@ class TransactionLog:
         """
         with self._lock:
             # a stale handle must never re-create a cleaned-up version nor build on another topic's:
-            # live_snapshot checks the cached version's commit; later attempts replay what they lost to
-            snapshot = self.live_snapshot()
+            # live_snapshot checks the cached version's commit, unless this handle wrote it a moment
+            # ago (``writer_tip``); later attempts replay what they lost to
+            snapshot = self.writer_snapshot()
+            trusted = snapshot is self._snapshot and self._own is not None
             for attempt in range(1, self.max_retries + 1):
                 if snapshot.deleted:  # a deletion won the race for this version
                     raise self._deleted(snapshot)
@@ -357,7 +320,7 @@ class TransactionLog:
                     engine_info=ENGINE_INFO,
                 )
                 version = snapshot.version + 1
-                if self.io.exists(commit_path(self.table_path, version + 1)):  # never fill a gap
+                if not trusted and self.io.exists(commit_path(self.table_path, version + 1)):  # never fill a gap
                     if not self.io.exists(commit_path(self.table_path, version)):
                         raise gap_error(self.table_path, version, version + 1)
                     snapshot = self._replay_from(snapshot)  # lost the race to two commits already
@@ -366,6 +329,8 @@ class TransactionLog:
                 # apply before writing: actions the log could not replay (LogCorrupted) must never
                 # reach storage, where they would poison every later reader
                 applied = snapshot.apply(version, actions)
+                self._own = None
+                started_s = writer_tip.monotonic_s()
                 try:
                     created = self.io.put_if_absent(commit_path(self.table_path, version), payload,
                                                     anchor=self.table_path)
@@ -374,10 +339,13 @@ class TransactionLog:
                 if created:
                     snapshot = applied
                     self._snapshot, self._tip = snapshot, (version, hash(payload))
+                    if not self.io.is_local:
+                        self._own = OwnCommit.now(snapshot, started_s)
                     if version % self.checkpoint_interval == 0:
-                        self._checkpoint_soon(snapshot)
+                        self._checkpoints.owe(snapshot)
                     return CommitResult(version=version, snapshot=snapshot, attempts=attempt)
                 # lost the race: catch up and re-validate
+                trusted = False
                 snapshot = self._replay_from(snapshot)
                 if attempt > 8:
                     time.sleep(random.uniform(0, min(0.05, 0.001 * attempt)))
@@ -387,36 +355,9 @@ class TransactionLog:
                 path=self.table_path,
             )
 
-    def _checkpoint_soon(self, snapshot: Snapshot) -> None:
-        """Write a checkpoint of ``snapshot`` now, or on a background thread so the commit that
-        crossed the interval does not pay for it (its cost grows with the number of live segments)."""
-        if not self.background_checkpoints:
-            write_checkpoint(self.io, self.table_path, snapshot)
-            return
-        with self._checkpoint_lock:
-            self._pending_checkpoints.append(snapshot)  # every interval gets its checkpoint, in order
-            if self._checkpointer is None or not self._checkpointer.is_alive():
-                self._checkpointer = threading.Thread(target=self._drain_checkpoints, daemon=True,
-                                                      name=f"pubsub-checkpoint-{self.table_path}")
-                self._checkpointer.start()
-
-    def _drain_checkpoints(self) -> None:
-        while True:
-            with self._checkpoint_lock:
-                if not self._pending_checkpoints:
-                    self._checkpointer = None
-                    return
-                snapshot = self._pending_checkpoints.popleft()
-            try:
-                write_checkpoint(self.io, self.table_path, snapshot)
-            except Exception:  # a later interval or a reopening process writes the next one
-                continue
-
     def wait_for_checkpoints(self, timeout_s: float = 30.0) -> None:
         """Block until background checkpoints are written (tests, clean shutdown)."""
-        thread = self._checkpointer
-        if thread is not None:
-            thread.join(timeout_s)
+        self._checkpoints.wait(timeout_s)
 
     def checkpoint(self) -> int:
         """Write a checkpoint of the latest version now; return that version."""

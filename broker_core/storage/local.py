@@ -157,7 +157,9 @@ class LocalFileIO:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None) -> None:
+    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None,
+                  checked_by_commit: bool = False) -> None:
+        """``checked_by_commit`` changes nothing here: a missing anchor fails the write itself."""
         final = self.abs_path(path)
         directory = self._parent(path, final, anchor)
         try:

@@ -224,7 +224,11 @@ class ObjectStoreFileIO:
             path=path,
         )
 
-    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None) -> None:
+    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None,
+                  checked_by_commit: bool = False) -> None:
+        """A conditional PUT; the anchor's tombstone is checked after it, unless ``checked_by_commit``
+        leaves that to the anchored commit that will name the file (its check comes later, so it
+        covers this PUT too; ``docs/PROTOCOL.md`` section 1b)."""
         key = self._key(path)
         self._before_write(key, anchor)
         try:
@@ -233,7 +237,8 @@ class ObjectStoreFileIO:
             raise BrokerPersistenceError(
                 f"refusing to overwrite existing file {path!r}; segment names must be unique", path=path
             ) from exc
-        self._after_write(key, path, anchor)
+        if not checked_by_commit:
+            self._after_write(key, path, anchor)
 
     def replace(self, path: str, data: bytes, *, anchor: str | None = None) -> None:
         key = self._key(path)

@@ -98,8 +98,15 @@ class FileIO(Protocol):
         """
         ...
 
-    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None) -> None:
-        """Write a fresh file nobody references yet (durable before returning)."""
+    def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None,
+                  checked_by_commit: bool = False) -> None:
+        """Write a fresh file nobody references yet (durable before returning).
+
+        ``checked_by_commit`` (with ``anchor``): the caller will either commit a file naming this
+        one with an anchored ``put_if_absent``, whose check of the anchor then covers this file too
+        (it was written before), or delete it.  An object store skips its own post-write check
+        (one HEAD per segment); locally nothing changes.
+        """
         ...
 
     def replace(self, path: str, data: bytes, *, anchor: str | None = None) -> None:

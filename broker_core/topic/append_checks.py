@@ -9,6 +9,7 @@ is what makes that re-validation cheap and its result the same in every process.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,12 +41,13 @@ class AppendResult:
 
 
 class Rewrite(Exception):
-    """Raised by an append's commit function when the winner of a race changed which rows are
-    duplicates: the segment must be written again with ``keep`` before committing."""
+    """Raised by an append's commit function when the state it lands on (a race's winner, or a
+    batch ahead of it that failed) changed which rows are duplicates: the segments must be written
+    again with ``keeps`` (one mask per segment of the commit) before committing."""
 
-    def __init__(self, keep: np.ndarray) -> None:
+    def __init__(self, keeps: list[np.ndarray]) -> None:
         super().__init__("rewrite")
-        self.keep = keep
+        self.keeps = keeps
 
 
 def filter_layout(layout: list[int], keep: np.ndarray) -> list[int]:
@@ -61,11 +63,12 @@ def filter_layout(layout: list[int], keep: np.ndarray) -> list[int]:
     return normalise_layout(out)
 
 
-def dedup_keep_mask(table: pa.Table, snapshot: Snapshot) -> np.ndarray:
+def dedup_keep_mask(table: pa.Table, snapshot: Snapshot, floors: Mapping[str, int] | None = None) -> np.ndarray:
     """Rows to keep: a row is a duplicate if its sequence id is not above the highest one seen.
 
-    "Seen" is the producer's ``txn`` version in the log, raised by earlier rows of the same producer
-    in this table (so a retried batch and repeats inside one batch are both dropped).
+    "Seen" is the producer's ``txn`` version in the log, raised by ``floors`` (the highest sequence
+    ids of batches expected to commit first) and by earlier rows of the same producer in this table
+    (so a retried batch and repeats inside one batch are both dropped).
     """
     n = table.num_rows
     keep = np.ones(n, dtype=bool)
@@ -82,6 +85,8 @@ def dedup_keep_mask(table: pa.Table, snapshot: Snapshot) -> np.ndarray:
         rows = np.nonzero((codes == code) & has_seq)[0]
         last = snapshot.txn_version(name)
         floor = -1 if last is None else last
+        if floors is not None:
+            floor = max(floor, floors.get(name, -1))
         group = seqs[rows]
         prior_max = np.maximum.accumulate(np.concatenate(([floor], group)))[:-1]
         keep[rows] = group > prior_max
@@ -118,10 +123,15 @@ def producer_txns(rows: pa.Table, now_ms: int) -> list[Action]:
     return out
 
 
-def check_app_ids(table: pa.Table, txn: tuple[str, int] | None) -> None:
-    """Producer names and txn app ids share the log's txn namespace with our reserved ``pubsub.`` ids."""
+def check_txn_app_id(txn: tuple[str, int] | None) -> None:
+    """A caller's txn app id shares the log's txn namespace with our reserved ``pubsub.`` ids."""
     if txn is not None and txn[0].startswith(RESERVED_TXN_PREFIX) and not txn[0].startswith("pubsub.sink."):
         raise InvalidMessage(f"txn app id {txn[0]!r} uses the reserved prefix {RESERVED_TXN_PREFIX!r}")
+
+
+def check_app_ids(table: pa.Table, txn: tuple[str, int] | None) -> None:
+    """Producer names and txn app ids share the log's txn namespace with our reserved ``pubsub.`` ids."""
+    check_txn_app_id(txn)
     names = table.column("producer_name")
     if names.null_count < table.num_rows:
         reserved = pc.any(pc.starts_with(names, RESERVED_TXN_PREFIX)).as_py()
@@ -146,6 +156,7 @@ __all__ = [
     "Rewrite",
     "check_app_ids",
     "check_topic_id",
+    "check_txn_app_id",
     "dedup_keep_mask",
     "filter_layout",
     "producer_txns",

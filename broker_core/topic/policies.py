@@ -117,7 +117,10 @@ class EffectivePolicies:
 class PolicyStore:
     """Reads and writes namespace and topic policies on a storage root.
 
-    Reads are cached for ``cache_ms`` so hot paths (a producer's commit) can ask every time.
+    Reads are cached for ``cache_ms`` so hot paths (a producer's commit) can ask every time.  Once
+    the cache is stale, one caller re-reads while the others get the stale value: on an object store
+    a re-read is several round trips, and every upload worker of a producer asking at the same moment
+    must not each pay for one.
     """
 
     def __init__(self, io: FileIO, config: BrokerConfig, *, cache_ms: int = 1000) -> None:
@@ -125,6 +128,7 @@ class PolicyStore:
         self.config = config
         self.cache_ms = cache_ms
         self._cache: dict[str, tuple[float, EffectivePolicies]] = {}
+        self._refreshing: set[str] = set()
         self._lock = threading.Lock()
 
     def _namespace_state(self, ns: NamespaceName) -> VersionedState:
@@ -185,14 +189,19 @@ class PolicyStore:
         now = time.monotonic()
         with self._lock:
             hit = self._cache.get(key)
-            if hit is not None and not fresh and (now - hit[0]) * 1000 < self.cache_ms:
+            if hit is not None and not fresh and ((now - hit[0]) * 1000 < self.cache_ms or key in self._refreshing):
                 return hit[1]
-        ns = NamespaceName.parse(topic.namespace_name)
+            self._refreshing.add(key)
         try:
-            ns_policies: Policies | None = self.namespace_policies(ns)
-        except NamespaceNotFound:
-            ns_policies = None
-        value = EffectivePolicies.resolve(self.config, ns_policies, self.topic_policies(topic))
+            ns = NamespaceName.parse(topic.namespace_name)
+            try:
+                ns_policies: Policies | None = self.namespace_policies(ns)
+            except NamespaceNotFound:
+                ns_policies = None
+            value = EffectivePolicies.resolve(self.config, ns_policies, self.topic_policies(topic))
+        finally:
+            with self._lock:
+                self._refreshing.discard(key)
         with self._lock:
             self._cache[key] = (now, value)
         return value

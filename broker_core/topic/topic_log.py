@@ -22,28 +22,24 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from broker_core.errors import DirectoryGone, ProducerFenced, SegmentCorrupted, TopicDeleted
+from broker_core.errors import DirectoryGone, SegmentCorrupted, TopicDeleted
 from broker_core.log.actions import Action, Add, Metadata, Txn
 from broker_core.log.segment import (
     SEGMENT_SCHEMA,
     SMALL_SEGMENT_BYTES,
     CompressionType,
     delta_schema_string,
-    encode_segment,
-    new_segment_name,
     read_segment_checked,
 )
 from broker_core.log.segment_ref import SegmentRef, layout_messages
 from broker_core.log.snapshot import (
     LEDGER_ID_KEY,
     TXN_DELETED,
-    TXN_NEXT_ENTRY_ID,
-    TXN_NEXT_OFFSET,
     TXN_PRODUCER_EPOCH,
     Snapshot,
 )
@@ -54,11 +50,11 @@ from broker_core.topic.append_checks import (
     AppendResult,
     Rewrite,
     check_app_ids,
-    check_topic_id,
+    check_txn_app_id,
     dedup_keep_mask,
     filter_layout,
-    producer_txns,
 )
+from broker_core.topic.appends import PreparedAppend, commit_actions, discard, upload
 from broker_core.topic.offset_ids import seek_offset, segment_id_arrays
 from broker_core.topic.prefetch import SegmentPrefetcher
 from broker_core.topic.readahead import Readahead
@@ -184,103 +180,89 @@ class TopicLog(Waiters):
             topic_id: fail with ``TopicDeleted`` unless the topic at this path is still the one with
                 this ``metaData`` id (a producer's topic may be deleted and re-created meanwhile).
         """
+        check_txn_app_id(txn)
+        prepared = self.prepare(table, layout=layout, compression=compression, dedup=dedup)
+        (result,) = self.commit_prepared([prepared], producer_epoch=producer_epoch, topic_id=topic_id, txn=txn,
+                                         operation=operation)
+        return result
+
+    def prepare(self, table: pa.Table, *, layout: list[int], compression: CompressionType = CompressionType.NONE,
+                dedup: bool = False, floors: Mapping[str, int] | None = None) -> PreparedAppend:
+        """Write ``table`` as a segment for a later ``commit_prepared`` (the first half of ``append``).
+
+        With ``dedup``, rows that are duplicates against the last known state, raised by ``floors``
+        (producer name -> highest sequence id of batches that will commit first), are left out;
+        the commit checks again.  Reads nothing from storage when the log is loaded.
+        """
         if layout_messages(layout) != table.num_rows:
             raise ValueError(f"entry layout {layout} does not cover {table.num_rows} rows")
-        check_app_ids(table, txn)
-        snapshot = self.log.live_snapshot()  # checked before replaying: never read another topic's commits
-        check_topic_id(snapshot, topic_id)
-        keep = dedup_keep_mask(table, snapshot) if dedup else np.ones(table.num_rows, dtype=bool)
+        check_app_ids(table, None)
+        snapshot = self.log.cached_snapshot()
+        keep = dedup_keep_mask(table, snapshot, floors) if dedup else np.ones(table.num_rows, dtype=bool)
+        return self._upload(table, layout, compression, dedup, keep)
+
+    def _upload(self, table: pa.Table, layout: list[int], compression: CompressionType, dedup: bool,
+                keep: np.ndarray) -> PreparedAppend:
+        try:
+            return upload(self.io, self.path, table, layout=layout, compression=compression, dedup=dedup, keep=keep)
+        except DirectoryGone as exc:  # renamed away by a deletion: re-create nothing
+            name = self.log.cached_snapshot().metadata.name
+            raise TopicDeleted(f"topic {name} was deleted", topic=name) from exc
+
+    def commit_prepared(
+        self,
+        prepared: Sequence[PreparedAppend],
+        *,
+        producer_epoch: int | None = None,
+        topic_id: str | None = None,
+        txn: tuple[str, int] | None = None,
+        operation: str = "WRITE",
+    ) -> list[AppendResult]:
+        """Make prepared segments visible in one commit, in the given order (each keeps its entries).
+
+        Checks as ``append`` (fencing, the topic's identity, ``txn`` idempotence, dedup against the
+        state the commit lands on).  A segment whose kept rows changed is written again first.  On
+        any failure, and when nothing is left to commit, the segments are deleted.  Returns one
+        ``AppendResult`` per prepared append (``segment`` None: every row was a duplicate).
+        """
+        check_txn_app_id(txn)
+        group = list(prepared)
         while True:
-            rows = table if keep.all() else table.filter(pa.array(keep))
-            kept_layout = filter_layout(layout, keep)
-            seg_path = None
-            size = 0
-            stats: tuple[int, int] = (0, 0)
-            if rows.num_rows:
-                seg_path = new_segment_name(compression)
-                data = encode_segment(rows, compression=compression)
-                size = len(data)
-                try:
-                    self.io.write_new(f"{self.path}/{seg_path}", data, anchor=self.path)
-                except DirectoryGone as exc:  # renamed away by a deletion: re-create nothing
-                    name = snapshot.metadata.name
-                    raise TopicDeleted(f"topic {name} was deleted", topic=name) from exc
-                publish = pc.min_max(rows.column("publish_time").cast(pa.int64()))
-                stats = (publish["min"].as_py() // 1000, publish["max"].as_py() // 1000)
-            expected = keep
-            written: dict[str, SegmentRef] = {}
+            refs: list[SegmentRef | None] = []
 
             def build(snap: Snapshot) -> list[Action]:
-                check_topic_id(snap, topic_id)
-                if producer_epoch is not None and snap.producer_epoch != producer_epoch:
-                    raise ProducerFenced(
-                        f"producer fenced on {self.path!r}: the topic's producer epoch is "
-                        f"{snap.producer_epoch}, this producer holds {producer_epoch}; "
-                        "an exclusive producer took the topic over",
-                        topic=self.path,
-                    )
-                if txn is not None:
-                    prior = snap.txn_version(txn[0])
-                    if prior is not None and prior >= txn[1]:
-                        raise NothingToCommit(f"{txn[0]} already at {prior}")
-                if dedup and not np.array_equal(dedup_keep_mask(table, snap), expected):
-                    raise Rewrite(dedup_keep_mask(table, snap))
-                if seg_path is None and txn is None:
-                    raise NothingToCommit("every row was a duplicate")
-                actions: list[Action] = []
-                now_ms = int(time.time() * 1000)
-                next_offset, next_entry = snap.next_offset, snap.next_entry_id
-                if seg_path is not None:
-                    seg = SegmentRef(
-                        path=seg_path,
-                        base_offset=snap.next_offset,
-                        num_records=rows.num_rows,
-                        base_entry_id=snap.next_entry_id,
-                        layout=kept_layout,
-                        size_bytes=size,
-                        min_publish_ms=stats[0],
-                        max_publish_ms=stats[1],
-                        modification_time_ms=now_ms,
-                    )
-                    written["seg"] = seg
-                    actions.append(
-                        Add(
-                            path=seg_path,
-                            size=size,
-                            modification_time=now_ms,
-                            data_change=True,
-                            stats=f'{{"numRecords":{rows.num_rows}}}',
-                            tags=seg.tags(),
-                        )
-                    )
-                    next_offset, next_entry = seg.end_offset, seg.end_entry_id
-                    if dedup:
-                        actions.extend(producer_txns(rows, now_ms))
-                if txn is not None:
-                    actions.append(Txn(app_id=txn[0], version=txn[1], last_updated=now_ms))
-                actions.append(Txn(app_id=TXN_NEXT_OFFSET, version=next_offset, last_updated=now_ms))
-                actions.append(Txn(app_id=TXN_NEXT_ENTRY_ID, version=next_entry, last_updated=now_ms))
+                actions, refs[:] = commit_actions(snap, group, topic=self.path, producer_epoch=producer_epoch,
+                                                  topic_id=topic_id, txn=txn)
                 return actions
 
             try:
                 result = self.log.commit(build, operation=operation, parameters={"mode": "Append"})
             except Rewrite as rewrite:
-                self._discard(seg_path)
-                keep = rewrite.keep
+                changed = [(i, k) for i, (k, item) in enumerate(zip(rewrite.keeps, group, strict=True))
+                           if not np.array_equal(k, item.keep)]
+                discard(self.io, self.path, [group[i] for i, _ in changed])
+                try:
+                    for i, keep in changed:
+                        old = group[i]
+                        group[i] = self._upload(old.table, old.layout, old.compression, old.dedup, keep)
+                except BaseException:
+                    discard(self.io, self.path, group)  # those already discarded are gone: a no-op
+                    raise
                 continue
             except NothingToCommit:
-                self._discard(seg_path)
-                return AppendResult(
-                    version=None,
-                    segment=None,
-                    kept=np.zeros(table.num_rows, dtype=bool),
-                    skipped_by_txn=txn is not None,
-                )
+                discard(self.io, self.path, group)
+                return [AppendResult(version=None, segment=None, kept=np.zeros(item.table.num_rows, dtype=bool),
+                                     skipped_by_txn=txn is not None) for item in group]
             except BaseException:
-                self._discard(seg_path)
+                discard(self.io, self.path, group)
                 raise
             self.notify(written=result.version)
-            return AppendResult(version=result.version, segment=written.get("seg"), kept=keep)
+            return [AppendResult(version=result.version, segment=ref, kept=item.keep)
+                    for ref, item in zip(refs, group, strict=True)]
+
+    def discard_prepared(self, prepared: Sequence[PreparedAppend]) -> None:
+        """Delete the segments of prepared appends that will not be committed (best effort)."""
+        discard(self.io, self.path, prepared)
 
     def stage(self, table: pa.Table, *, compression: CompressionType = CompressionType.NONE) -> StagedSegment:
         """Write ``table`` (``SEGMENT_SCHEMA``) as a segment nobody references yet.

@@ -98,3 +98,31 @@ def test_a_running_producer_follows_a_policy_change_without_restart(tmp_path: Pa
         assert duplicate.entry_id() == -1  # dropped as a duplicate once the policy turned dedup on
     finally:
         client.close()
+
+
+def test_a_stale_cache_is_re_read_by_one_caller_while_the_others_get_the_old_policies(tmp_path: Path) -> None:
+    """On an object store a re-read is several round trips: callers arriving while one runs (a
+    producer's upload workers) get the stale policies instead of each paying for a re-read."""
+    import threading
+
+    admin = Admin.open(str(tmp_path))
+    store = PolicyStore(admin.io, admin.config, cache_ms=0)
+    topic = TopicName.parse("t")
+    first = store.effective(topic)
+    entered, release = threading.Event(), threading.Event()
+    original = store.topic_policies
+
+    def slow_topic_policies(name: TopicName) -> Policies | None:
+        entered.set()
+        assert release.wait(timeout=30)
+        return original(name)
+
+    store.topic_policies = slow_topic_policies  # type: ignore[method-assign]
+    reader = threading.Thread(target=store.effective, args=(topic,))
+    reader.start()
+    assert entered.wait(timeout=30)
+    assert store.effective(topic) is first  # answered from the stale cache at once, no second re-read
+    release.set()
+    reader.join(timeout=30)
+    store.topic_policies = original  # type: ignore[method-assign]
+    assert store.effective(topic) == first
