@@ -1,0 +1,195 @@
+"""The DataFrames of the Spark compaction job: the planned rows, and each key's newest message.
+
+Column pruning decides the job's speed.  A compaction reads every row up to the horizon but keeps
+only one message per key, so the reduction runs on a narrow projection and the payloads are read
+only where they can still win:
+
+1. ``ends``: per planned row only ``(topic_path, key, offset, chunk columns)``.  The offset is the
+   file's base offset plus Spark's ``_metadata.row_index``, from a one-row-per-file broadcast table
+   (``file_name -> base_offset, row range``): no per-row Python, no message ids yet.
+2. ``winners``: ``max(offset)`` of the message-ending rows grouped by ``(topic_path, key)``: a hash
+   aggregate of longs, partially aggregated before its shuffle (at most keys x map tasks rows cross).
+3. ``kept``: the planned rows with every column, semi-joined to the winners on ``(topic_path,
+   message end)`` through a broadcast of the winners (one long and a short string per key), so no
+   payload is shuffled; a chunked winner keeps all its chunks; tombstones drop out.
+4. Message ids (``entry_id``, ``batch_index``) are attached to the kept segment rows only, from the
+   native scan's id table (``native_plan.id_table``); rows of the previous view carry theirs.
+
+``carry_payload=True`` is the other shape measured (``docs/DECISIONS.md``): one scan, the whole row
+carried in ``max_by(struct(...), offset)``, chunk rows of chunked winners joined back.  Spark cannot
+hash-aggregate a variable-width buffer, so that falls back to sorting every row by key.
+
+Only the DataFrame API is used (classic and Spark Connect sessions alike).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from broker_core.jobs.compaction import CompactionPlan
+from broker_core.topic.compacted_view import VIEW_SCHEMA
+from spark_pubsub.native_plan import TopicRead, id_table, plan_topic_read
+from spark_pubsub.native_scan import functions_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from broker_core.topic.topic_log import TopicLog
+
+TIME_COLUMNS = ("publish_time", "event_time", "deliver_at")
+"""View columns that travel as int64 µs through Spark (no session time zone in the Arrow batches)."""
+
+_POSITIONS = ("offset", "entry_id", "batch_index")
+_PAYLOAD = tuple(n for n in VIEW_SCHEMA.names if n not in _POSITIONS)
+_END_COLUMNS = ("key", "num_chunks", "chunk_id")
+_FILES_SCHEMA = pa.schema([
+    pa.field("_file", pa.string(), nullable=False),
+    pa.field("_base", pa.int64(), nullable=False),
+    pa.field("_lo", pa.int64(), nullable=False),
+    pa.field("_hi", pa.int64(), nullable=False),
+])
+
+
+def topic_reads(plans: list[tuple[TopicLog, CompactionPlan]]) -> list[TopicRead]:
+    """Each plan's log rows ``[start, horizon)`` as a native read of its snapshot (no view)."""
+    return [plan_topic_read(lg, topic=p.topic, partition=-1, start=p.start, end=p.horizon, read_compacted=False,
+                            fail_on_data_loss=False, snapshot=p.snapshot) for lg, p in plans]
+
+
+def _msg_end(F: Any) -> Any:
+    """The offset of a row's message's last row (``broker_core.jobs.compaction.message_ends``)."""
+    rest = F.coalesce(F.col("num_chunks"), F.lit(1)) - 1 - F.coalesce(F.col("chunk_id"), F.lit(0))
+    return F.col("offset") + F.greatest(rest, F.lit(0)).cast("long")
+
+
+def _segment_rows(spark: SparkSession, base: str, read: TopicRead, columns: tuple[str, ...],
+                  keep_position: bool) -> DataFrame:
+    """``columns`` of the planned rows of one topic's segments, with ``offset`` (and, when
+    ``keep_position``, ``_file``/``_row`` for the message ids later)."""
+    F = functions_for(spark)
+    files = pa.Table.from_pylist(
+        [{"_file": r.segment.path, "_base": r.segment.base_offset, "_lo": r.row_lo, "_hi": r.row_hi}
+         for r in read.segments], schema=_FILES_SCHEMA)
+    rows = (spark.read.parquet(*[f"{base}/{read.topic_path}/{r.segment.path}" for r in read.segments])
+            .select(*columns, F.col("_metadata.file_name").alias("_file"), F.col("_metadata.row_index").alias("_row")))
+    rows = (rows.join(F.broadcast(spark.createDataFrame(files)), "_file")
+            .where((F.col("_row") >= F.col("_lo")) & (F.col("_row") < F.col("_hi")))
+            .withColumn("offset", F.col("_base") + F.col("_row")))
+    extra = ("_file", "_row") if keep_position else ()
+    return rows.select("offset", *columns, *extra)
+
+
+def _view_rows(spark: SparkSession, base: str, plan: CompactionPlan, columns: tuple[str, ...],
+               keep_position: bool) -> DataFrame:
+    """``columns`` of the previous view's rows, with ``offset`` (and their message ids, when
+    ``keep_position``: a view row carries its own)."""
+    F = functions_for(spark)
+    assert plan.previous is not None
+    extra = ("entry_id", "batch_index") if keep_position else ()
+    return (spark.read.parquet(f"{base}/{plan.topic_path}/{plan.previous.file}").select("offset", *columns, *extra)
+            .withColumn("topic_path", F.lit(plan.topic_path)))
+
+
+def _union(frames: list[DataFrame]) -> DataFrame | None:
+    if not frames:
+        return None
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def _with_ids(spark: SparkSession, read: TopicRead, kept: DataFrame) -> DataFrame:
+    """One topic's kept segment rows (with ``_file``, ``_row``) plus ``entry_id`` and ``batch_index`` from
+    its id table, joined on (file, row bucket) on the kept rows only: one row per surviving message."""
+    F = functions_for(spark)
+    table, shift = id_table(read.segments)
+    ids = spark.createDataFrame(table).withColumnRenamed("file_name", "_file").withColumnRenamed("bucket", "_bucket")
+    joined = (kept.withColumn("_bucket", F.shiftright(F.col("_row"), shift))
+              .join(F.broadcast(ids), ["_file", "_bucket"])
+              .where((F.col("_row") >= F.col("row_lo")) & (F.col("_row") < F.col("row_hi"))))
+    rel = F.col("_row") - F.col("run_start")
+    batched = F.col("size") > 0
+    entry = F.col("entry_base") + F.when(batched, F.expr("(_row - run_start) div size")).otherwise(rel)
+    batch = F.when(batched, F.pmod(rel, F.col("size"))).otherwise(F.lit(-1))
+    return joined.withColumn("entry_id", entry.cast("long")).withColumn("batch_index", batch.cast("int"))
+
+
+def _as_view(F: Any, frame: DataFrame) -> DataFrame:
+    """``topic_path`` plus the view's columns in order, times as µs longs."""
+    return frame.select("topic_path", *[F.unix_micros(F.col(n)).alias(n) if n in TIME_COLUMNS else F.col(n)
+                                        for n in VIEW_SCHEMA.names])
+
+
+def _keep(F: Any, rows: DataFrame, winners: DataFrame) -> DataFrame:
+    """The rows of winning messages (every chunk), tombstones dropped: a broadcast semi-join."""
+    rows = rows.where(F.col("key").isNotNull()).withColumn("_end", _msg_end(F))
+    return rows.join(F.broadcast(winners), ["topic_path", "_end"], "left_semi").where(F.col("value").isNotNull())
+
+
+def kept_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]], *,
+              retain_null_key: bool = False, carry_payload: bool = False) -> DataFrame:
+    """``topic_path`` plus ``VIEW_SCHEMA`` columns (times as µs) of every row the new views keep."""
+    F = functions_for(spark)
+    reads = topic_reads(plans)
+    if carry_payload:
+        winners = None
+    else:
+        ends = _union([_segment_rows(spark, base, r, _END_COLUMNS, False).withColumn("topic_path", F.lit(p.topic_path))
+                       for (_, p), r in zip(plans, reads, strict=True) if r.segments]
+                      + [_view_rows(spark, base, p, _END_COLUMNS, False) for _, p in plans if p.previous is not None])
+        assert ends is not None
+        winners = (ends.where(F.col("key").isNotNull()).withColumn("_end", _msg_end(F))
+                   .where(F.col("_end") == F.col("offset"))
+                   .groupBy("topic_path", "key").agg(F.max("offset").alias("_end")).drop("key"))
+    out = []
+    for (_, plan), read in zip(plans, reads, strict=True):
+        segments = None if not read.segments else (
+            _segment_rows(spark, base, read, _PAYLOAD, True).withColumn("topic_path", F.lit(plan.topic_path)))
+        view = None if plan.previous is None else _view_rows(spark, base, plan, _PAYLOAD, True)
+        if winners is None:
+            kept_segments, kept_view = _carrying_payload(F, segments, view)
+        else:
+            kept_segments = None if segments is None else _keep(F, segments, winners)
+            kept_view = None if view is None else _keep(F, view, winners)
+        if kept_segments is not None:
+            out.append(_as_view(F, _with_ids(spark, read, kept_segments)))
+        if kept_view is not None:
+            out.append(_as_view(F, kept_view))
+        if retain_null_key and segments is not None:
+            out.append(_as_view(F, _with_ids(spark, read, segments.where(F.col("key").isNull()))))
+        if retain_null_key and view is not None:
+            out.append(_as_view(F, view.where(F.col("key").isNull())))
+    frame = _union(out)
+    assert frame is not None
+    return frame
+
+
+def _carrying_payload(F: Any, segments: DataFrame | None, view: DataFrame | None,
+                      ) -> tuple[DataFrame | None, DataFrame | None]:
+    """One topic's kept (segment rows, view rows) from one scan: ``max_by(struct(row), offset)`` per key
+    over the message ends, plus the other chunks of chunked winners (joined back; none on an
+    unchunked topic).  Segment rows come out with ``_file``/``_row``, view rows with their ids."""
+    parts = []
+    if segments is not None:
+        parts.append(segments.withColumn("entry_id", F.lit(None).cast("long"))
+                     .withColumn("batch_index", F.lit(None).cast("int")))
+    if view is not None:
+        parts.append(view.withColumn("_file", F.lit(None).cast("string")).withColumn("_row", F.lit(None).cast("long")))
+    rows = _union(parts)
+    assert rows is not None
+    rows = rows.where(F.col("key").isNotNull()).withColumn("_end", _msg_end(F))
+    columns = [c for c in rows.columns if c not in ("topic_path", "key")]
+    best = (rows.where(F.col("_end") == F.col("offset")).groupBy("topic_path", "key")
+            .agg(F.max_by(F.struct(*columns), F.col("offset")).alias("_w")).select("topic_path", "key", "_w.*"))
+    chunks = rows.where(F.col("_end") != F.col("offset")).join(
+        F.broadcast(best.select("topic_path", "_end")), ["topic_path", "_end"], "left_semi")
+    kept = best.unionByName(chunks).where(F.col("value").isNotNull())
+    from_segments = None if segments is None else kept.where(F.col("_file").isNotNull())
+    from_view = None if view is None else kept.where(F.col("_file").isNull())
+    return from_segments, from_view
+
+
+__all__ = ["TIME_COLUMNS", "kept_rows", "topic_reads"]
