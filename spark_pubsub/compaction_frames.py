@@ -24,9 +24,12 @@ Only the DataFrame API is used (classic and Spark Connect sessions alike).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from broker_core.jobs.compaction import CompactionPlan
 from broker_core.topic.compacted_view import VIEW_SCHEMA
@@ -129,42 +132,82 @@ def _keep(F: Any, rows: DataFrame, winners: DataFrame) -> DataFrame:
     return rows.join(F.broadcast(winners), ["topic_path", "_end"], "left_semi").where(F.col("value").isNotNull())
 
 
+def end_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]],
+             reads: list[TopicRead]) -> DataFrame:
+    """The narrow projection the reduction runs on: ``topic_path``, ``offset``, ``key`` and the chunk
+    columns of every planned row (segments and previous views)."""
+    F = functions_for(spark)
+    ends = _union([_segment_rows(spark, base, r, _END_COLUMNS, False).withColumn("topic_path", F.lit(p.topic_path))
+                   for (_, p), r in zip(plans, reads, strict=True) if r.segments]
+                  + [_view_rows(spark, base, p, _END_COLUMNS, False) for _, p in plans if p.previous is not None])
+    assert ends is not None
+    return ends
+
+
+def winners_frame(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]],
+                  reads: list[TopicRead]) -> DataFrame:
+    """``(topic_path, _end, _span)`` per key: the offset of its newest message end, and the most rows
+    before their end that any of its messages spans (0 unless chunked): hash aggregates of longs."""
+    F = functions_for(spark)
+    span = F.greatest(F.coalesce(F.col("num_chunks"), F.lit(1)) - 1, F.lit(0)).cast("long")
+    return (end_rows(spark, base, plans, reads).where(F.col("key").isNotNull()).withColumn("_end", _msg_end(F))
+            .where(F.col("_end") == F.col("offset"))
+            .groupBy("topic_path", "key").agg(F.max("offset").alias("_end"), F.max(span).alias("_span"))
+            .drop("key"))
+
+
+def needed_segments(read: TopicRead, ends: np.ndarray, spans: np.ndarray) -> TopicRead:
+    """``read`` cut to the segments holding a row of a winning message (offsets ``[end - span, end]``).
+
+    Keys are usually rewritten often, so their newest messages sit in the last segments: the
+    payload pass then opens a few files instead of all of them."""
+    if not read.segments or not len(ends):
+        return replace(read, segments=())
+    starts = np.asarray([r.segment.base_offset + r.row_lo for r in read.segments], dtype=np.int64)
+    first = np.searchsorted(starts, ends - spans, side="right") - 1
+    last = np.searchsorted(starts, ends, side="right") - 1
+    hit = np.zeros(len(starts), dtype=bool)
+    hit[last] = True
+    for lo, hi in zip(first[first != last], last[first != last], strict=True):  # chunked winners only
+        hit[max(lo, 0):hi + 1] = True
+    segments = tuple(r for r, used in zip(read.segments, hit, strict=True) if used)
+    return replace(read, segments=segments, rows=sum(r.row_hi - r.row_lo for r in segments))
+
+
 def kept_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]], *,
-              retain_null_key: bool = False, carry_payload: bool = False) -> DataFrame:
-    """``topic_path`` plus ``VIEW_SCHEMA`` columns (times as µs) of every row the new views keep."""
+              retain_null_key: bool = False, carry_payload: bool = False) -> DataFrame | None:
+    """``topic_path`` plus ``VIEW_SCHEMA`` columns (times as µs) of every row the new views keep
+    (None when no row survives anywhere: every view is empty).
+
+    The two-pass shape runs one Spark action here: the winners come to the driver (one long pair
+    per key), which picks the segment files the payload pass must open and broadcasts the winners."""
     F = functions_for(spark)
     reads = topic_reads(plans)
-    if carry_payload:
-        winners = None
-    else:
-        ends = _union([_segment_rows(spark, base, r, _END_COLUMNS, False).withColumn("topic_path", F.lit(p.topic_path))
-                       for (_, p), r in zip(plans, reads, strict=True) if r.segments]
-                      + [_view_rows(spark, base, p, _END_COLUMNS, False) for _, p in plans if p.previous is not None])
-        assert ends is not None
-        winners = (ends.where(F.col("key").isNotNull()).withColumn("_end", _msg_end(F))
-                   .where(F.col("_end") == F.col("offset"))
-                   .groupBy("topic_path", "key").agg(F.max("offset").alias("_end")).drop("key"))
+    winners = None if carry_payload else winners_frame(spark, base, plans, reads).toArrow()
     out = []
     for (_, plan), read in zip(plans, reads, strict=True):
-        segments = None if not read.segments else (
-            _segment_rows(spark, base, read, _PAYLOAD, True).withColumn("topic_path", F.lit(plan.topic_path)))
         view = None if plan.previous is None else _view_rows(spark, base, plan, _PAYLOAD, True)
+        segments = None if not read.segments or not (carry_payload or retain_null_key) else (
+            _segment_rows(spark, base, read, _PAYLOAD, True).withColumn("topic_path", F.lit(plan.topic_path)))
+        kept_read = read
         if winners is None:
             kept_segments, kept_view = _carrying_payload(F, segments, view)
         else:
-            kept_segments = None if segments is None else _keep(F, segments, winners)
-            kept_view = None if view is None else _keep(F, view, winners)
+            mine = winners.filter(pc.equal(winners.column("topic_path"), plan.topic_path))
+            ends = spark.createDataFrame(mine.select(["topic_path", "_end"]))
+            kept_read = needed_segments(read, mine.column("_end").to_numpy(), mine.column("_span").to_numpy())
+            kept_segments = None if not kept_read.segments else _keep(F, _segment_rows(
+                spark, base, kept_read, _PAYLOAD, True).withColumn("topic_path", F.lit(plan.topic_path)), ends)
+            kept_view = None if view is None else _keep(F, view, ends)
         if kept_segments is not None:
-            out.append(_as_view(F, _with_ids(spark, read, kept_segments)))
+            out.append(_as_view(F, _with_ids(spark, kept_read, kept_segments)))
         if kept_view is not None:
             out.append(_as_view(F, kept_view))
         if retain_null_key and segments is not None:
             out.append(_as_view(F, _with_ids(spark, read, segments.where(F.col("key").isNull()))))
         if retain_null_key and view is not None:
             out.append(_as_view(F, view.where(F.col("key").isNull())))
-    frame = _union(out)
-    assert frame is not None
-    return frame
+    return _union(out)
 
 
 def _carrying_payload(F: Any, segments: DataFrame | None, view: DataFrame | None,
@@ -192,4 +235,4 @@ def _carrying_payload(F: Any, segments: DataFrame | None, view: DataFrame | None
     return from_segments, from_view
 
 
-__all__ = ["TIME_COLUMNS", "kept_rows", "topic_reads"]
+__all__ = ["TIME_COLUMNS", "end_rows", "kept_rows", "needed_segments", "topic_reads", "winners_frame"]

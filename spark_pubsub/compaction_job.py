@@ -191,12 +191,14 @@ def _native(spark: SparkSession, root: str, base: str, plans: list[tuple[TopicLo
     slices = max(1, min(len(plans), parallelism or default_parallelism(spark)))
     by_topic = {p.topic_path: (lg, p) for lg, p in plans}
     if dry_run:
-        counts = {r["topic_path"]: r["count"] for r in kept.groupBy("topic_path").count().collect()}
+        counts = {} if kept is None else {
+            r["topic_path"]: r["count"] for r in kept.groupBy("topic_path").count().collect()}
         phase("spark")
         return [compaction_result(p, "dry-run", rows=counts.get(path, 0), messages_read=read[path],
                                   started_s=started_s) for path, (_, p) in by_topic.items()]
-    written = (kept.repartition(slices, "topic_path").sortWithinPartitions("topic_path", "offset")
-               .mapInArrow(_view_writer(root, storage_options), _WRITTEN_SCHEMA).collect())
+    written = [] if kept is None else (
+        kept.repartition(slices, "topic_path").sortWithinPartitions("topic_path", "offset")
+        .mapInArrow(_view_writer(root, storage_options), _WRITTEN_SCHEMA).collect())
     phase("spark")
     if timings is not None:
         timings["write"] = sum(r["write_s"] for r in written)
