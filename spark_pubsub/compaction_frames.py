@@ -12,8 +12,9 @@ only where they can still win:
 3. ``kept``: the planned rows with every column, semi-joined to the winners on ``(topic_path,
    message end)`` through a broadcast of the winners (one long and a short string per key), so no
    payload is shuffled; a chunked winner keeps all its chunks; tombstones drop out.
-4. Message ids (``entry_id``, ``batch_index``) are attached to the kept segment rows only, from the
-   native scan's id table (``native_plan.id_table``); rows of the previous view carry theirs.
+4. Message ids (``entry_id``, ``batch_index``) of the kept segment rows are looked up by the view
+   writer from the segments' layouts (as the local run's ``finish_compaction`` does); rows of the
+   previous view carry theirs.
 
 ``carry_payload=True`` is the other shape measured (``docs/DECISIONS.md``): one scan, the whole row
 carried in ``max_by(struct(...), offset)``, chunk rows of chunked winners joined back.  Spark cannot
@@ -33,7 +34,7 @@ import pyarrow.compute as pc
 
 from broker_core.jobs.compaction import CompactionPlan
 from broker_core.topic.compacted_view import VIEW_SCHEMA
-from spark_pubsub.native_plan import TopicRead, id_table, plan_topic_read
+from spark_pubsub.native_plan import TopicRead, plan_topic_read
 from spark_pubsub.native_scan import functions_for
 
 if TYPE_CHECKING:
@@ -44,7 +45,11 @@ if TYPE_CHECKING:
 TIME_COLUMNS = ("publish_time", "event_time", "deliver_at")
 """View columns that travel as int64 µs through Spark (no session time zone in the Arrow batches)."""
 
+UNKNOWN_ID = -1
+"""``entry_id`` of a kept segment row until the view writer looks it up (real ids are >= 0)."""
+
 _POSITIONS = ("offset", "entry_id", "batch_index")
+_IDS = ("entry_id", "batch_index")
 _PAYLOAD = tuple(n for n in VIEW_SCHEMA.names if n not in _POSITIONS)
 _END_COLUMNS = ("key", "num_chunks", "chunk_id")
 _FILES_SCHEMA = pa.schema([
@@ -67,10 +72,8 @@ def _msg_end(F: Any) -> Any:
     return F.col("offset") + F.greatest(rest, F.lit(0)).cast("long")
 
 
-def _segment_rows(spark: SparkSession, base: str, read: TopicRead, columns: tuple[str, ...],
-                  keep_position: bool) -> DataFrame:
-    """``columns`` of the planned rows of one topic's segments, with ``offset`` (and, when
-    ``keep_position``, ``_file``/``_row`` for the message ids later)."""
+def _segment_rows(spark: SparkSession, base: str, read: TopicRead, columns: tuple[str, ...]) -> DataFrame:
+    """``offset``, ``columns`` and ``topic_path`` of the planned rows of one topic's segments."""
     F = functions_for(spark)
     files = pa.Table.from_pylist(
         [{"_file": r.segment.path, "_base": r.segment.base_offset, "_lo": r.row_lo, "_hi": r.row_hi}
@@ -80,18 +83,14 @@ def _segment_rows(spark: SparkSession, base: str, read: TopicRead, columns: tupl
     rows = (rows.join(F.broadcast(spark.createDataFrame(files)), "_file")
             .where((F.col("_row") >= F.col("_lo")) & (F.col("_row") < F.col("_hi")))
             .withColumn("offset", F.col("_base") + F.col("_row")))
-    extra = ("_file", "_row") if keep_position else ()
-    return rows.select("offset", *columns, *extra)
+    return rows.select("offset", *columns).withColumn("topic_path", F.lit(read.topic_path))
 
 
-def _view_rows(spark: SparkSession, base: str, plan: CompactionPlan, columns: tuple[str, ...],
-               keep_position: bool) -> DataFrame:
-    """``columns`` of the previous view's rows, with ``offset`` (and their message ids, when
-    ``keep_position``: a view row carries its own)."""
+def _view_rows(spark: SparkSession, base: str, plan: CompactionPlan, columns: tuple[str, ...]) -> DataFrame:
+    """``offset``, ``columns`` and ``topic_path`` of the previous view's rows."""
     F = functions_for(spark)
     assert plan.previous is not None
-    extra = ("entry_id", "batch_index") if keep_position else ()
-    return (spark.read.parquet(f"{base}/{plan.topic_path}/{plan.previous.file}").select("offset", *columns, *extra)
+    return (spark.read.parquet(f"{base}/{plan.topic_path}/{plan.previous.file}").select("offset", *columns)
             .withColumn("topic_path", F.lit(plan.topic_path)))
 
 
@@ -104,20 +103,11 @@ def _union(frames: list[DataFrame]) -> DataFrame | None:
     return out
 
 
-def _with_ids(spark: SparkSession, read: TopicRead, kept: DataFrame) -> DataFrame:
-    """One topic's kept segment rows (with ``_file``, ``_row``) plus ``entry_id`` and ``batch_index`` from
-    its id table, joined on (file, row bucket) on the kept rows only: one row per surviving message."""
-    F = functions_for(spark)
-    table, shift = id_table(read.segments)
-    ids = spark.createDataFrame(table).withColumnRenamed("file_name", "_file").withColumnRenamed("bucket", "_bucket")
-    joined = (kept.withColumn("_bucket", F.shiftright(F.col("_row"), shift))
-              .join(F.broadcast(ids), ["_file", "_bucket"])
-              .where((F.col("_row") >= F.col("row_lo")) & (F.col("_row") < F.col("row_hi"))))
-    rel = F.col("_row") - F.col("run_start")
-    batched = F.col("size") > 0
-    entry = F.col("entry_base") + F.when(batched, F.expr("(_row - run_start) div size")).otherwise(rel)
-    batch = F.when(batched, F.pmod(rel, F.col("size"))).otherwise(F.lit(-1))
-    return joined.withColumn("entry_id", entry.cast("long")).withColumn("batch_index", batch.cast("int"))
+def _unknown_ids(F: Any, segment_rows: DataFrame) -> DataFrame:
+    """Segment rows with ``entry_id``/``batch_index`` still unknown (-1): the view writer looks them up
+    from the segments' layouts for the kept rows only (``broker_core.topic.offset_ids``)."""
+    return segment_rows.withColumn("entry_id", F.lit(UNKNOWN_ID).cast("long")).withColumn(
+        "batch_index", F.lit(-1).cast("int"))
 
 
 def _as_view(F: Any, frame: DataFrame) -> DataFrame:
@@ -136,10 +126,8 @@ def end_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, Compact
              reads: list[TopicRead]) -> DataFrame:
     """The narrow projection the reduction runs on: ``topic_path``, ``offset``, ``key`` and the chunk
     columns of every planned row (segments and previous views)."""
-    F = functions_for(spark)
-    ends = _union([_segment_rows(spark, base, r, _END_COLUMNS, False).withColumn("topic_path", F.lit(p.topic_path))
-                   for (_, p), r in zip(plans, reads, strict=True) if r.segments]
-                  + [_view_rows(spark, base, p, _END_COLUMNS, False) for _, p in plans if p.previous is not None])
+    ends = _union([_segment_rows(spark, base, r, _END_COLUMNS) for r in reads if r.segments]
+                  + [_view_rows(spark, base, p, _END_COLUMNS) for _, p in plans if p.previous is not None])
     assert ends is not None
     return ends
 
@@ -177,51 +165,39 @@ def needed_segments(read: TopicRead, ends: np.ndarray, spans: np.ndarray) -> Top
 def kept_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]], *,
               retain_null_key: bool = False, carry_payload: bool = False) -> DataFrame | None:
     """``topic_path`` plus ``VIEW_SCHEMA`` columns (times as µs) of every row the new views keep
-    (None when no row survives anywhere: every view is empty).
+    (None when no row survives anywhere: every view is empty).  Kept segment rows carry
+    ``entry_id = UNKNOWN_ID`` for the view writer to look up.
 
-    The two-pass shape runs one Spark action here: the winners come to the driver (one long pair
-    per key), which picks the segment files the payload pass must open and broadcasts the winners."""
+    The two-pass shape runs one Spark action here: the winners come to the driver (two longs per
+    key), which picks the segment files the payload pass must open and broadcasts the winners."""
     F = functions_for(spark)
     reads = topic_reads(plans)
     winners = None if carry_payload else winners_frame(spark, base, plans, reads).toArrow()
     out = []
     for (_, plan), read in zip(plans, reads, strict=True):
-        view = None if plan.previous is None else _view_rows(spark, base, plan, _PAYLOAD, True)
+        view = None if plan.previous is None else _view_rows(spark, base, plan, _PAYLOAD + _IDS)
         segments = None if not read.segments or not (carry_payload or retain_null_key) else (
-            _segment_rows(spark, base, read, _PAYLOAD, True).withColumn("topic_path", F.lit(plan.topic_path)))
-        kept_read = read
+            _unknown_ids(F, _segment_rows(spark, base, read, _PAYLOAD)))
         if winners is None:
-            kept_segments, kept_view = _carrying_payload(F, segments, view)
+            out.append(_carrying_payload(F, segments, view))
         else:
             mine = winners.filter(pc.equal(winners.column("topic_path"), plan.topic_path))
             ends = spark.createDataFrame(mine.select(["topic_path", "_end"]))
-            kept_read = needed_segments(read, mine.column("_end").to_numpy(), mine.column("_span").to_numpy())
-            kept_segments = None if not kept_read.segments else _keep(F, _segment_rows(
-                spark, base, kept_read, _PAYLOAD, True).withColumn("topic_path", F.lit(plan.topic_path)), ends)
-            kept_view = None if view is None else _keep(F, view, ends)
-        if kept_segments is not None:
-            out.append(_as_view(F, _with_ids(spark, kept_read, kept_segments)))
-        if kept_view is not None:
-            out.append(_as_view(F, kept_view))
-        if retain_null_key and segments is not None:
-            out.append(_as_view(F, _with_ids(spark, read, segments.where(F.col("key").isNull()))))
-        if retain_null_key and view is not None:
-            out.append(_as_view(F, view.where(F.col("key").isNull())))
-    return _union(out)
+            needed = needed_segments(read, mine.column("_end").to_numpy(), mine.column("_span").to_numpy())
+            if needed.segments:
+                out.append(_keep(F, _unknown_ids(F, _segment_rows(spark, base, needed, _PAYLOAD)), ends))
+            if view is not None:
+                out.append(_keep(F, view, ends))
+        if retain_null_key:
+            out += [frame.where(F.col("key").isNull()) for frame in (segments, view) if frame is not None]
+    frame = _union([_as_view(F, f) for f in out])
+    return frame
 
 
-def _carrying_payload(F: Any, segments: DataFrame | None, view: DataFrame | None,
-                      ) -> tuple[DataFrame | None, DataFrame | None]:
-    """One topic's kept (segment rows, view rows) from one scan: ``max_by(struct(row), offset)`` per key
-    over the message ends, plus the other chunks of chunked winners (joined back; none on an
-    unchunked topic).  Segment rows come out with ``_file``/``_row``, view rows with their ids."""
-    parts = []
-    if segments is not None:
-        parts.append(segments.withColumn("entry_id", F.lit(None).cast("long"))
-                     .withColumn("batch_index", F.lit(None).cast("int")))
-    if view is not None:
-        parts.append(view.withColumn("_file", F.lit(None).cast("string")).withColumn("_row", F.lit(None).cast("long")))
-    rows = _union(parts)
+def _carrying_payload(F: Any, segments: DataFrame | None, view: DataFrame | None) -> DataFrame:
+    """One topic's kept rows from one scan: ``max_by(struct(row), offset)`` per key over the message
+    ends, plus the other chunks of chunked winners (joined back; none on an unchunked topic)."""
+    rows = _union([f for f in (segments, view) if f is not None])
     assert rows is not None
     rows = rows.where(F.col("key").isNotNull()).withColumn("_end", _msg_end(F))
     columns = [c for c in rows.columns if c not in ("topic_path", "key")]
@@ -229,10 +205,7 @@ def _carrying_payload(F: Any, segments: DataFrame | None, view: DataFrame | None
             .agg(F.max_by(F.struct(*columns), F.col("offset")).alias("_w")).select("topic_path", "key", "_w.*"))
     chunks = rows.where(F.col("_end") != F.col("offset")).join(
         F.broadcast(best.select("topic_path", "_end")), ["topic_path", "_end"], "left_semi")
-    kept = best.unionByName(chunks).where(F.col("value").isNotNull())
-    from_segments = None if segments is None else kept.where(F.col("_file").isNotNull())
-    from_view = None if view is None else kept.where(F.col("_file").isNull())
-    return from_segments, from_view
+    return best.unionByName(chunks).where(F.col("value").isNotNull())
 
 
-__all__ = ["TIME_COLUMNS", "end_rows", "kept_rows", "needed_segments", "topic_reads", "winners_frame"]
+__all__ = ["TIME_COLUMNS", "UNKNOWN_ID", "end_rows", "kept_rows", "needed_segments", "topic_reads", "winners_frame"]

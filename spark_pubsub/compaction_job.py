@@ -3,19 +3,21 @@
 The driver plans each internal topic exactly as the local run does (``plan_compaction``: the
 previous view and the log offsets up to the horizon, from one snapshot).  Spark then
 
-1. reads the previous view files and the planned segment rows with its own Parquet reader
-   (``native_scan.positioned_segments`` gives each row its offset and message id in the JVM);
-2. finds each key's newest message end with ``max(offset)`` grouped by (topic, key) over the
-   message-ending rows, and keeps the rows of winning messages with a left-semi join on the
-   message end (every chunk of a chunked winner; tombstones dropped), as ``latest_per_key`` does;
-3. hash-partitions the survivors by topic, sorts them by offset, and each task writes one topic's
-   view file through the project's ``FileIO`` (``mapInArrow``): a fresh ``_compacted/<32 hex>.parquet``
-   name, written once and fsynced, never visible until named.
+1. reduces a narrow projection of the planned rows (key, offset, chunk columns; offsets from the
+   files' base offsets and Spark's ``_metadata.row_index``) to each key's newest message end with
+   ``max(offset)`` grouped by (topic, key), and brings those winners to the driver;
+2. reads every column of only the segment files that hold a winner (usually the last few), and
+   keeps the winners' rows with a broadcast left-semi join on the message end (every chunk of a
+   chunked winner; tombstones dropped), as ``latest_per_key`` does (``compaction_frames``);
+3. hash-partitions the survivors by topic, sorts them by offset, and each task looks up their
+   message ids from the segments' layouts and writes one topic's view file through the project's
+   ``FileIO`` (``mapInArrow``): a fresh ``_compacted/<32 hex>.parquet`` name, written once and
+   fsynced, never visible until named.
 
 Only then does the driver commit each topic's pointer (``commit_view_file``, put-if-absent), so a
 job killed at any instant leaves the old view or the new one, and files of killed runs are orphans
 for vacuum (``docs/PROTOCOL.md``).  Where Spark cannot open the root the job reads through the
-library in its tasks instead (``legacy_latest_per_key_df``), with one log line.
+library in its tasks instead (``compaction_fallback``), with one log line.
 
 Only the DataFrame API is used, so the job runs on a classic or a Spark Connect session.
 """
@@ -24,10 +26,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -44,11 +47,13 @@ from broker_core.jobs.compaction import (
     up_to_date,
 )
 from broker_core.log.segment import TIMESTAMP
+from broker_core.log.segment_ref import SegmentRef
 from broker_core.naming import TopicName
 from broker_core.topic.compacted_view import VIEW_SCHEMA, encode_view, new_view_file
+from broker_core.topic.offset_ids import segment_id_arrays
 from broker_core.topic.topic_log import TopicLog
 from spark_pubsub.compaction_fallback import compact_planned_in_tasks, default_parallelism
-from spark_pubsub.compaction_frames import TIME_COLUMNS, kept_rows, topic_reads
+from spark_pubsub.compaction_frames import TIME_COLUMNS, UNKNOWN_ID, kept_rows, topic_reads
 from spark_pubsub.native_scan import root_uri, spark_can_open, spark_url
 
 if TYPE_CHECKING:
@@ -85,10 +90,33 @@ def _session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
             spark.conf.set(key, before)
 
 
-def _view_writer(root: str, storage_options: Mapping[str, str] | None = None,
+def fill_ids(view: pa.Table, segments: Sequence[SegmentRef]) -> pa.Table:
+    """``view`` (sorted by offset) with the ``entry_id``/``batch_index`` of its segment rows (those with
+    ``UNKNOWN_ID``) looked up from the layouts of ``segments`` (the topic's planned segments)."""
+    entries = view.column("entry_id").to_numpy()
+    unknown = np.flatnonzero(entries == UNKNOWN_ID)
+    if not len(unknown):
+        return view
+    entries, batches = entries.copy(), view.column("batch_index").to_numpy().copy()
+    offsets = view.column("offset").to_numpy()[unknown]
+    bases = np.asarray([s.base_offset for s in segments], dtype=np.int64)
+    which = np.searchsorted(bases, offsets, side="right") - 1
+    for i in np.unique(which):
+        rows = unknown[which == i]
+        seg_entries, seg_batches = segment_id_arrays(segments[i])
+        entries[rows] = seg_entries[offsets[which == i] - segments[i].base_offset]
+        batches[rows] = seg_batches[offsets[which == i] - segments[i].base_offset]
+    view = view.set_column(view.schema.get_field_index("entry_id"), VIEW_SCHEMA.field("entry_id"), pa.array(entries))
+    return view.set_column(view.schema.get_field_index("batch_index"), VIEW_SCHEMA.field("batch_index"),
+                           pa.array(batches))
+
+
+def _view_writer(root: str, segments: Mapping[str, Sequence[SegmentRef]],
+                 storage_options: Mapping[str, str] | None = None,
                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A ``mapInArrow`` function: the input holds whole topics in ``(topic_path, offset)`` order; each
-    topic's rows become one view file written through the root's ``FileIO`` (fsynced, fresh name)."""
+    topic's rows get their message ids (``fill_ids``) and become one view file written through the
+    root's ``FileIO`` (fsynced, fresh name)."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         io = Broker.for_url(root, storage_options=storage_options).io
@@ -100,9 +128,10 @@ def _view_writer(root: str, storage_options: Mapping[str, str] | None = None,
             table = pa.Table.from_batches(pending)
             columns = [table.column(n).cast(TIMESTAMP) if n in TIME_COLUMNS else table.column(n)
                        for n in VIEW_SCHEMA.names]
-            view = pa.Table.from_arrays(columns, names=VIEW_SCHEMA.names).cast(VIEW_SCHEMA).sort_by("offset")
-            file = new_view_file()
             assert current is not None
+            view = pa.Table.from_arrays(columns, names=VIEW_SCHEMA.names).sort_by("offset")
+            view = fill_ids(view, segments.get(current, ())).cast(VIEW_SCHEMA)
+            file = new_view_file()
             io.write_new(f"{current}/{file}", encode_view(view), anchor=current)
             return pa.RecordBatch.from_pylist(
                 [{"topic_path": current, "file": file, "rows": view.num_rows,
@@ -188,6 +217,7 @@ def _native(spark: SparkSession, root: str, base: str, plans: list[tuple[TopicLo
             storage_options: Mapping[str, str] | None, carry_payload: bool) -> list[CompactionResult]:
     """The native job's Spark part and commits (see the module docstring)."""
     kept = kept_rows(spark, base, plans, retain_null_key=retain_null_key, carry_payload=carry_payload)
+    refs = {r.topic_path: tuple(s.segment for s in r.segments) for r in topic_reads(plans)}
     slices = max(1, min(len(plans), parallelism or default_parallelism(spark)))
     by_topic = {p.topic_path: (lg, p) for lg, p in plans}
     if dry_run:
@@ -198,7 +228,7 @@ def _native(spark: SparkSession, root: str, base: str, plans: list[tuple[TopicLo
                                   started_s=started_s) for path, (_, p) in by_topic.items()]
     written = [] if kept is None else (
         kept.repartition(slices, "topic_path").sortWithinPartitions("topic_path", "offset")
-        .mapInArrow(_view_writer(root, storage_options), _WRITTEN_SCHEMA).collect())
+        .mapInArrow(_view_writer(root, refs, storage_options), _WRITTEN_SCHEMA).collect())
     phase("spark")
     if timings is not None:
         timings["write"] = sum(r["write_s"] for r in written)
