@@ -15,11 +15,14 @@ d. the Spark job (``compact_with_spark`` on ``local[N]``) on the same topic, ses
    apart; its view is checked to equal the local one;
    its phases are printed (planning, the Spark job: native scan + reduction + view writes, the
    writes summed over tasks, the commit), with the ratio to the local run over the same topic;
+   then its stages alone into Spark's ``noop`` sink (the narrow scan, + the reduction, + the kept
+   rows: where the Spark time goes), and the one-scan shape (``carry_payload=True``) for comparison;
 e. readers of the result: a ``readCompacted`` ``read_batch`` of the whole view, and a ``TableView``
    loading it;
 f. with ``--memory``: each job once more in a fresh process of its own (the Spark one with its own
    session), timed and with the peak resident memory of its whole process tree (the JVM included),
-   sampled from ``/proc`` every 0.2 s.
+   sampled from ``/proc`` every 0.2 s.  ``--jobs-only`` writes the topic and runs only f (the
+   50,000,000-message run: ``--messages 50000000 --jobs-only``; kept out of the test suite).
 
 This is a benchmark, not a test: nothing is asserted beyond the two views being equal.  Page caches
 are not dropped, so the scans read files the OS may hold in memory, for the baseline and for us alike.
