@@ -152,6 +152,8 @@ def needed_segments(read: TopicRead, ends: np.ndarray, spans: np.ndarray) -> Top
     if not read.segments or not len(ends):
         return replace(read, segments=())
     starts = np.asarray([r.segment.base_offset + r.row_lo for r in read.segments], dtype=np.int64)
+    in_log = ends >= starts[0]  # winners from the previous view are read from the view
+    ends, spans = ends[in_log], spans[in_log]
     first = np.searchsorted(starts, ends - spans, side="right") - 1
     last = np.searchsorted(starts, ends, side="right") - 1
     hit = np.zeros(len(starts), dtype=bool)

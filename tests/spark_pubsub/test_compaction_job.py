@@ -335,6 +335,11 @@ def test_the_payload_pass_opens_only_segments_holding_a_winner() -> None:
     cut = needed_segments(read, np.array([45, 21, 29]), np.array([0, 13, 0]))
     assert [r.segment.base_offset for r in cut.segments] == [0, 10, 20, 40] and cut.rows == 40
     assert needed_segments(read, np.array([], dtype=np.int64), np.array([], dtype=np.int64)).segments == ()
+    # winners below the log's part of the run live in the previous view: no segment for them
+    later = TopicRead(topic="t", partition=-1, topic_path="p", ledger_id=1, snapshot_version=1,
+                      segments=read.segments[2:], rows=30)
+    assert [r.segment.base_offset for r in needed_segments(later, np.array([3, 25]), np.array([0, 0])).segments] \
+        == [20]
 
 
 def test_a_topic_whose_every_key_was_deleted_gets_an_empty_view(spark: Any, tmp_path: Path) -> None:
