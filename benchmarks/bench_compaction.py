@@ -139,6 +139,10 @@ def stage_probes(spark: Any, root: str) -> list[tuple[str, float, str]]:
     stages = (("scan (key, offset, chunk columns)", lambda: end_rows(spark, base, plans, reads)),
               ("scan + aggregate (max offset per key)", lambda: winners_frame(spark, base, plans, reads)),
               ("winners to the driver, then their files read: the kept rows", lambda: kept_rows(spark, base, plans)))
+    from spark_pubsub.compaction_job import shuffle_partitions_for
+
+    # the job's own shuffle partitions (it sets them for its duration only)
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(spark, reads[0].rows)))
     out, before = [], 0.0
     for name, frame in stages:
         seconds, _ = timed(lambda: frame().write.format("noop").mode("overwrite").save())
