@@ -15,11 +15,14 @@ d. the Spark job (``compact_with_spark`` on ``local[N]``) on the same topic, ses
    apart; its view is checked to equal the local one;
    its phases are printed (planning, the Spark job: native scan + reduction + view writes, the
    writes summed over tasks, the commit), with the ratio to the local run over the same topic;
+   then its stages alone into Spark's ``noop`` sink (the narrow scan, + the reduction, + the kept
+   rows: where the Spark time goes), and the one-scan shape (``carry_payload=True``) for comparison;
 e. readers of the result: a ``readCompacted`` ``read_batch`` of the whole view, and a ``TableView``
    loading it;
 f. with ``--memory``: each job once more in a fresh process of its own (the Spark one with its own
    session), timed and with the peak resident memory of its whole process tree (the JVM included),
-   sampled from ``/proc`` every 0.2 s.
+   sampled from ``/proc`` every 0.2 s.  ``--jobs-only`` writes the topic and runs only f (the
+   50,000,000-message run: ``--messages 50000000 --jobs-only``; kept out of the test suite).
 
 This is a benchmark, not a test: nothing is asserted beyond the two views being equal.  Page caches
 are not dropped, so the scans read files the OS may hold in memory, for the baseline and for us alike.
@@ -121,6 +124,33 @@ def current_view(root: str) -> pa.Table:
     return decode_view(log.io.open_input(f"{log.path}/{pointer.file}"))
 
 
+def stage_probes(spark: Any, root: str) -> list[tuple[str, float, str]]:
+    """Where the Spark job's time goes: each stage of its plan alone, into Spark's ``noop`` sink
+    (each includes the ones before it; the differences are the stages' own costs)."""
+    from broker_core.jobs.compaction import plan_compaction
+    from spark_pubsub.compaction_frames import end_rows, kept_rows, topic_reads, winners_frame
+
+    log = Broker.for_url(root).topic_log(TopicName.parse(TOPIC))
+    shutil.rmtree(topic_path(root) / COMPACTED_DIR, ignore_errors=True)
+    plan = plan_compaction(log, str(TopicName.parse(TOPIC)))
+    assert plan is not None
+    plans, base = [(log, plan)], Path(root).resolve().as_uri()
+    reads = topic_reads(plans)
+    stages = (("scan (key, offset, chunk columns)", lambda: end_rows(spark, base, plans, reads)),
+              ("scan + aggregate (max offset per key)", lambda: winners_frame(spark, base, plans, reads)),
+              ("winners to the driver, then their files read: the kept rows", lambda: kept_rows(spark, base, plans)))
+    from spark_pubsub.compaction_job import shuffle_partitions_for
+
+    # the job's own shuffle partitions (it sets them for its duration only)
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(spark, reads[0].rows)))
+    out, before = [], 0.0
+    for name, frame in stages:
+        seconds, _ = timed(lambda: frame().write.format("noop").mode("overwrite").save())
+        out.append((f"d.   probe: {name}", seconds, f"+{seconds - before:.2f} s over the previous probe"))
+        before = seconds
+    return out
+
+
 def run_one(root: str, job: str, master: str) -> None:
     """f's child: compact ``root``'s topic from scratch with one job and print its seconds."""
     shutil.rmtree(topic_path(root) / COMPACTED_DIR, ignore_errors=True)
@@ -134,7 +164,7 @@ def run_one(root: str, job: str, master: str) -> None:
 
         spark = (SparkSession.builder.master(master).config("spark.ui.enabled", "false")
                  .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "4g")
-                 .config("spark.sql.shuffle.partitions", str(os.cpu_count() or 2)).getOrCreate())
+                 .getOrCreate())
         seconds, _ = timed(lambda: compact_with_spark(spark, root, TOPIC))
         spark.stop()
     print(f"seconds {seconds}", flush=True)
@@ -183,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark job")
     parser.add_argument("--root", help="parent directory for the storage root (default: a temporary one)")
     parser.add_argument("--memory", action="store_true", help="f: each job in its own process, peak memory")
+    parser.add_argument("--jobs-only", action="store_true", help="only f: write the topic, then each job once "
+                        "in a process of its own, timed with its peak memory (for the 50M-message run)")
     parser.add_argument("--job", choices=["local", "spark"], help=argparse.SUPPRESS)  # f's child process
     parser.add_argument("--on", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -206,36 +238,36 @@ def main(argv: list[str] | None = None) -> None:
         write_s, _ = timed(lambda: fill(root, args.messages, args.keys, args.segment_rows, seed=1))
         figures.append(("write the topic (TopicLog.append, fsync off)", write_s, ""))
 
-        progress("baselines")
-        scan_s, reduce_s, groups = baseline(root)
-        figures.append(("a. baseline: pq.read_table of every segment", scan_s,
-                        f"{args.messages / scan_s:,.0f} msg/s"))
-        figures.append(("a. baseline: read keys + group_by(key).max(offset)", reduce_s,
-                        f"{groups:,} groups"))
+        if not args.jobs_only:
+            progress("baselines")
+            scan_s, reduce_s, groups = baseline(root)
+            figures.append(("a. baseline: pq.read_table of every segment", scan_s,
+                            f"{args.messages / scan_s:,.0f} msg/s"))
+            figures.append(("a. baseline: read keys + group_by(key).max(offset)", reduce_s,
+                            f"{groups:,} groups"))
 
-        progress("local compaction")
-        broker = Broker.for_url(root)
-        local_s, summary = timed(lambda: compact_topic(broker, TOPIC))
-        figures.append(("b. compact_topic, first run (local, pyarrow)", local_s,
-                        f"{args.messages / local_s:,.0f} msg/s -> {summary.rows:,} rows in the view"))
-        local_view = current_view(root)
+            progress("local compaction")
+            broker = Broker.for_url(root)
+            local_s, summary = timed(lambda: compact_topic(broker, TOPIC))
+            figures.append(("b. compact_topic, first run (local, pyarrow)", local_s,
+                            f"{args.messages / local_s:,.0f} msg/s -> {summary.rows:,} rows in the view"))
 
-        progress(f"incremental compaction after {increment:,} more messages")
-        fill(root, increment, args.keys, args.segment_rows, seed=2)
-        inc_s, inc = timed(lambda: compact_topic(broker, TOPIC))
-        figures.append(("c. compact_topic, incremental run", inc_s,
-                        f"{inc.messages_read:,} new messages, {inc.rows:,} rows in the view"))
+            progress(f"incremental compaction after {increment:,} more messages")
+            fill(root, increment, args.keys, args.segment_rows, seed=2)
+            inc_s, inc = timed(lambda: compact_topic(broker, TOPIC))
+            figures.append(("c. compact_topic, incremental run", inc_s,
+                            f"{inc.messages_read:,} new messages, {inc.rows:,} rows in the view"))
 
-        progress("readers of the view")
-        client = Client(root)
-        reader = client.create_reader(TOPIC, MessageId.earliest, is_read_compacted=True)
-        read_s, batch = timed(lambda: reader.read_batch(10_000_000))
-        figures.append(("e. readCompacted read_batch of the view", read_s, f"{batch.num_rows:,} rows"))
-        view_s, table_view = timed(lambda: client.create_table_view(TOPIC))
-        figures.append(("e. create_table_view (loads the view)", view_s, f"{len(table_view):,} keys"))
-        client.close()
+            progress("readers of the view")
+            client = Client(root)
+            reader = client.create_reader(TOPIC, MessageId.earliest, is_read_compacted=True)
+            read_s, batch = timed(lambda: reader.read_batch(10_000_000))
+            figures.append(("e. readCompacted read_batch of the view", read_s, f"{batch.num_rows:,} rows"))
+            view_s, table_view = timed(lambda: client.create_table_view(TOPIC))
+            figures.append(("e. create_table_view (loads the view)", view_s, f"{len(table_view):,} keys"))
+            client.close()
 
-        if not args.no_spark:
+        if not args.no_spark and not args.jobs_only:
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
             from pyspark.sql import SparkSession
@@ -245,7 +277,6 @@ def main(argv: list[str] | None = None) -> None:
             progress("Spark session")
             builder = (SparkSession.builder.master(args.master).appName("bench-compaction")
                        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                       .config("spark.sql.shuffle.partitions", str(os.cpu_count() or 2))
                        .config("spark.driver.memory", "4g"))
             start_s, spark = timed(builder.getOrCreate)
             spark.sparkContext.setLogLevel("ERROR")
@@ -265,30 +296,34 @@ def main(argv: list[str] | None = None) -> None:
             total = args.messages + increment
             figures.append(("d. Spark job, first run over the whole topic", spark_s,
                             f"{total / spark_s:,.0f} msg/s -> {spark_summary.rows:,} rows in the view"))
+            spark_view = current_view(root)
             progress("local first run over the same (larger) topic, for the comparison")
             shutil.rmtree(topic_path(root) / COMPACTED_DIR)
             local2_s, _ = timed(lambda: compact_topic(broker, TOPIC))
+            local2 = current_view(root)
             figures.append(("d. compact_topic first run, same topic as the Spark job", local2_s,
                             f"{total / local2_s:,.0f} msg/s"))
             for phase, seconds in phases.items():
-                figures.append((f"d.   Spark job phase: {phase}", seconds,
-                                "summed over tasks, inside 'spark'" if phase == "write" else ""))
+                if phase != "written":
+                    figures.append((f"d.   Spark job phase: {phase}", seconds,
+                                    "summed over tasks, inside 'spark'" if phase == "write" else ""))
             figures.append(("d. ratio: Spark job / compact_topic (goal <= 3)", spark_s / local2_s,
                             f"{spark_s / local2_s:.2f}x"))
-            spark_view_equal = None
-            local2 = current_view(root)
-            shutil.rmtree(topic_path(root) / COMPACTED_DIR)
-            compact_with_spark(spark, root, TOPIC)
-            spark_view_equal = current_view(root).equals(local2)
-            figures.append(("d. Spark view equals local view", 0.0, str(spark_view_equal)))
+            figures.append(("d. Spark view equals local view", 0.0, str(spark_view.equals(local2))))
+            progress("probes: the Spark job's stages, each alone into Spark's noop sink")
+            figures += stage_probes(spark, root)
+            progress("the one-scan shape (max_by(struct(row), offset)) for comparison")
+            shutil.rmtree(topic_path(root) / COMPACTED_DIR, ignore_errors=True)
+            carry_s, _ = timed(lambda: compact_with_spark(spark, root, TOPIC, carry_payload=True))
+            figures.append(("d. Spark job, one-scan shape (carry_payload=True)", carry_s,
+                            f"{carry_s / local2_s:.2f}x compact_topic; same view: {current_view(root).equals(local2)}"))
             spark.stop()
-        if args.memory:
+        if args.memory or args.jobs_only:
             for job in ("local", "spark"):
                 progress(f"{job} job in a process of its own (peak memory)")
                 seconds, peak = run_measured(root, job, args.master)
                 figures.append((f"f. {job} job in its own process", seconds,
                                 f"peak RSS of its process tree {peak / 2**20:,.0f} MiB"))
-        del local_view
     finally:
         for path in cleanup:
             shutil.rmtree(path, ignore_errors=True)

@@ -3,19 +3,21 @@
 The driver plans each internal topic exactly as the local run does (``plan_compaction``: the
 previous view and the log offsets up to the horizon, from one snapshot).  Spark then
 
-1. reads the previous view files and the planned segment rows with its own Parquet reader
-   (``native_scan.positioned_segments`` gives each row its offset and message id in the JVM);
-2. finds each key's newest message end with ``max(offset)`` grouped by (topic, key) over the
-   message-ending rows, and keeps the rows of winning messages with a left-semi join on the
-   message end (every chunk of a chunked winner; tombstones dropped), as ``latest_per_key`` does;
-3. hash-partitions the survivors by topic, sorts them by offset, and each task writes one topic's
-   view file through the project's ``FileIO`` (``mapInArrow``): a fresh ``_compacted/<32 hex>.parquet``
-   name, written once and fsynced, never visible until named.
+1. reduces a narrow projection of the planned rows (key, offset, chunk columns; offsets from the
+   files' base offsets and Spark's ``_metadata.row_index``) to each key's newest message end with
+   ``max(offset)`` grouped by (topic, key), and brings those winners to the driver;
+2. reads every column of only the segment files that hold a winner (usually the last few), and
+   keeps the winners' rows with a broadcast left-semi join on the message end (every chunk of a
+   chunked winner; tombstones dropped), as ``latest_per_key`` does (``compaction_frames``);
+3. hash-partitions the survivors by topic, sorts them by offset, and each task looks up their
+   message ids from the segments' layouts and writes one topic's view file through the project's
+   ``FileIO`` (``mapInArrow``): a fresh ``_compacted/<32 hex>.parquet`` name, written once and
+   fsynced, never visible until named.
 
 Only then does the driver commit each topic's pointer (``commit_view_file``, put-if-absent), so a
 job killed at any instant leaves the old view or the new one, and files of killed runs are orphans
 for vacuum (``docs/PROTOCOL.md``).  Where Spark cannot open the root the job reads through the
-library in its tasks instead (``legacy_latest_per_key_df``), with one log line.
+library in its tasks instead (``compaction_fallback``), with one log line.
 
 Only the DataFrame API is used, so the job runs on a classic or a Spark Connect session.
 """
@@ -24,9 +26,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -42,62 +46,77 @@ from broker_core.jobs.compaction import (
     plan_compaction,
     up_to_date,
 )
-from broker_core.log.segment import SEGMENT_SCHEMA, TIMESTAMP
+from broker_core.log.segment import TIMESTAMP
+from broker_core.log.segment_ref import SegmentRef
 from broker_core.naming import TopicName
 from broker_core.topic.compacted_view import VIEW_SCHEMA, encode_view, new_view_file
+from broker_core.topic.offset_ids import segment_id_arrays
 from broker_core.topic.topic_log import TopicLog
 from spark_pubsub.compaction_fallback import compact_planned_in_tasks, default_parallelism
-from spark_pubsub.native_plan import plan_topic_read
-from spark_pubsub.native_scan import functions_for, positioned_segments, root_uri, spark_can_open, spark_url
+from spark_pubsub.compaction_frames import TIME_COLUMNS, UNKNOWN_ID, kept_rows, topic_reads
+from spark_pubsub.native_scan import root_uri, spark_can_open, spark_url
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
-_TIME_COLUMNS = ("publish_time", "event_time", "deliver_at")
 _WRITTEN_SCHEMA = "topic_path string, file string, rows long, write_s double"
 
 
-def _input_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]]) -> DataFrame:
-    """Every planned row of every topic: ``topic_path``, the view columns (times as µs longs)."""
-    F = functions_for(spark)
-    names = SEGMENT_SCHEMA.names
-    frames = []
-    for topic_log, plan in plans:
-        read = plan_topic_read(topic_log, topic=plan.topic, partition=-1, start=plan.start, end=plan.horizon,
-                               read_compacted=False, fail_on_data_loss=False, snapshot=plan.snapshot)
-        if read.segments:
-            frames.append(positioned_segments(spark, base, read, tuple(names)).withColumn(
-                "topic_path", F.lit(plan.topic_path)))
-        if plan.previous is not None:
-            view = spark.read.parquet(f"{base}/{plan.topic_path}/{plan.previous.file}")
-            frames.append(view.withColumn("topic_path", F.lit(plan.topic_path)))
-    out = frames[0]
-    for frame in frames[1:]:
-        out = out.unionByName(frame)
-    return out.select("topic_path", *[F.unix_micros(F.col(n)).alias(n) if n in _TIME_COLUMNS else F.col(n)
-                                      for n in VIEW_SCHEMA.names])
+ROWS_PER_SHUFFLE_PARTITION = 4_000_000
+"""Planned rows per shuffle partition of the job (at least one partition per core): the reduction's
+shuffle carries at most keys x map tasks narrow rows, so a few partitions per job suffice, where
+Spark's default of 200 would make ~200 tiny tasks per stage on a small cluster."""
 
 
-def latest_per_key_native(spark: SparkSession, rows: DataFrame, *, retain_null_key: bool = False) -> DataFrame:
-    """``broker_core.jobs.compaction.latest_per_key`` in Spark: the rows of each key's newest message."""
-    F = functions_for(spark)
-    rest = F.coalesce(F.col("num_chunks"), F.lit(1)) - 1 - F.coalesce(F.col("chunk_id"), F.lit(0))
-    rows = rows.withColumn("msg_end", F.col("offset") + F.greatest(rest, F.lit(0)).cast("long"))
-    keyed = rows.where(F.col("key").isNotNull())
-    winners = (keyed.where(F.col("msg_end") == F.col("offset")).groupBy("topic_path", "key")
-               .agg(F.max("offset").alias("msg_end")).drop("key"))
-    kept = keyed.join(winners, ["topic_path", "msg_end"], "left_semi").where(F.col("value").isNotNull())
-    if retain_null_key:
-        kept = kept.unionByName(rows.where(F.col("key").isNull()))
-    return kept.drop("msg_end")
+def shuffle_partitions_for(spark: SparkSession, rows: int) -> int:
+    """The job's ``spark.sql.shuffle.partitions``: one per ``ROWS_PER_SHUFFLE_PARTITION`` planned rows,
+    at least the session's parallelism."""
+    return max(default_parallelism(spark), -(-rows // ROWS_PER_SHUFFLE_PARTITION))
 
 
-def _view_writer(root: str, storage_options: Mapping[str, str] | None = None,
+@contextmanager
+def _session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """Set a SQL conf for the job's duration and restore the caller's value after."""
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
+def fill_ids(view: pa.Table, segments: Sequence[SegmentRef]) -> pa.Table:
+    """``view`` (sorted by offset) with the ``entry_id``/``batch_index`` of its segment rows (those with
+    ``UNKNOWN_ID``) looked up from the layouts of ``segments`` (the topic's planned segments)."""
+    entries = view.column("entry_id").to_numpy()
+    unknown = np.flatnonzero(entries == UNKNOWN_ID)
+    if not len(unknown):
+        return view
+    entries, batches = entries.copy(), view.column("batch_index").to_numpy().copy()
+    offsets = view.column("offset").to_numpy()[unknown]
+    bases = np.asarray([s.base_offset for s in segments], dtype=np.int64)
+    which = np.searchsorted(bases, offsets, side="right") - 1
+    for i in np.unique(which):
+        rows = unknown[which == i]
+        seg_entries, seg_batches = segment_id_arrays(segments[i])
+        entries[rows] = seg_entries[offsets[which == i] - segments[i].base_offset]
+        batches[rows] = seg_batches[offsets[which == i] - segments[i].base_offset]
+    view = view.set_column(view.schema.get_field_index("entry_id"), VIEW_SCHEMA.field("entry_id"), pa.array(entries))
+    return view.set_column(view.schema.get_field_index("batch_index"), VIEW_SCHEMA.field("batch_index"),
+                           pa.array(batches))
+
+
+def _view_writer(root: str, segments: Mapping[str, Sequence[SegmentRef]],
+                 storage_options: Mapping[str, str] | None = None,
                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A ``mapInArrow`` function: the input holds whole topics in ``(topic_path, offset)`` order; each
-    topic's rows become one view file written through the root's ``FileIO`` (fsynced, fresh name)."""
+    topic's rows get their message ids (``fill_ids``) and become one view file written through the
+    root's ``FileIO`` (fsynced, fresh name)."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         io = Broker.for_url(root, storage_options=storage_options).io
@@ -107,11 +126,12 @@ def _view_writer(root: str, storage_options: Mapping[str, str] | None = None,
         def flush() -> pa.RecordBatch:
             started = time.monotonic()
             table = pa.Table.from_batches(pending)
-            columns = [table.column(n).cast(TIMESTAMP) if n in _TIME_COLUMNS else table.column(n)
+            columns = [table.column(n).cast(TIMESTAMP) if n in TIME_COLUMNS else table.column(n)
                        for n in VIEW_SCHEMA.names]
-            view = pa.Table.from_arrays(columns, names=VIEW_SCHEMA.names).cast(VIEW_SCHEMA).sort_by("offset")
-            file = new_view_file()
             assert current is not None
+            view = pa.Table.from_arrays(columns, names=VIEW_SCHEMA.names).sort_by("offset")
+            view = fill_ids(view, segments.get(current, ())).cast(VIEW_SCHEMA)
+            file = new_view_file()
             io.write_new(f"{current}/{file}", encode_view(view), anchor=current)
             return pa.RecordBatch.from_pylist(
                 [{"topic_path": current, "file": file, "rows": view.num_rows,
@@ -137,12 +157,16 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
                        dry_run: bool = False, retain_null_key: bool = False, parallelism: int | None = None,
                        spark_root: str | None = None, timings: dict[str, float] | None = None,
                        progress: Callable[[str], None] | None = None,
-                       storage_options: Mapping[str, str] | None = None) -> CompactionSummary:
+                       storage_options: Mapping[str, str] | None = None, shuffle_partitions: int | None = None,
+                       carry_payload: bool = False) -> CompactionSummary:
     """``broker_core.jobs.compaction.compact_topic`` on Spark (see the module docstring).
 
     ``timings``, when given, receives seconds per phase (``planning``, ``spark`` for the scan,
     reduction and writes, ``write`` summed over tasks, ``commit``); ``progress`` is told of each
-    phase as it ends (kill trials use it).
+    phase as it ends (kill trials use it).  ``shuffle_partitions`` is the job's
+    ``spark.sql.shuffle.partitions`` (default: ``shuffle_partitions_for`` the planned rows; the
+    session's own value is restored after).  ``carry_payload`` selects the one-scan reduction
+    (``compaction_frames``), kept for measuring: the default two-pass shape is faster.
     """
     started = time.monotonic()
     clock = {"t": started}
@@ -169,10 +193,8 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
         else:
             plans.append((topic_log, plan))
     base = spark_url(spark_root or root_uri(root, storage_options))
-    native = bool(plans) and spark_can_open(spark, base, [
-        plan_topic_read(lg, topic=p.topic, partition=-1, start=p.start, end=p.horizon, read_compacted=False,
-                        fail_on_data_loss=False, snapshot=p.snapshot) for lg, p in plans],
-        instead="the compaction job's tasks read through the library instead")
+    native = bool(plans) and spark_can_open(spark, base, topic_reads(plans),
+                                            instead="the compaction job's tasks read through the library instead")
     phase("planning")
     read = {p.topic_path: sum(t.hi - t.lo for t in compaction_tasks(p) if t.kind == "segment") for _, p in plans}
     if plans and not native:
@@ -181,33 +203,48 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
                                             storage_options=storage_options)
         phase("spark")
     elif plans:
-        kept = latest_per_key_native(spark, _input_rows(spark, base, plans), retain_null_key=retain_null_key)
-        slices = max(1, min(len(plans), parallelism or default_parallelism(spark)))
-        by_topic = {p.topic_path: (lg, p) for lg, p in plans}
-        if dry_run:
-            counts = {r["topic_path"]: r["count"] for r in kept.groupBy("topic_path").count().collect()}
-            phase("spark")
-            results += [compaction_result(p, "dry-run", rows=counts.get(path, 0), messages_read=read[path],
-                                          started_s=started) for path, (_, p) in by_topic.items()]
-        else:
-            written = (kept.repartition(slices, "topic_path").sortWithinPartitions("topic_path", "offset")
-                       .mapInArrow(_view_writer(root, storage_options), _WRITTEN_SCHEMA).collect())
-            phase("spark")
-            if timings is not None:
-                timings["write"] = sum(r["write_s"] for r in written)
-            if progress is not None:
-                progress("written")
-            done = {r["topic_path"]: r for r in written}
-            for path, (topic_log, plan) in by_topic.items():
-                row = done.get(path)
-                if row is None:  # every key deleted: an empty view, written here
-                    results.append(finish_compaction(topic_log, plan, VIEW_SCHEMA.empty_table(),
-                                                     messages_read=read[path], started_s=started))
-                else:
-                    results.append(commit_view_file(topic_log, plan, file=row["file"], rows=row["rows"],
-                                                    messages_read=read[path], started_s=started))
-            phase("commit")
+        partitions = shuffle_partitions or shuffle_partitions_for(spark, sum(read.values()))
+        with _session_conf(spark, "spark.sql.shuffle.partitions", str(partitions)):
+            results += _native(spark, root, base, plans, read, retain_null_key=retain_null_key,
+                               parallelism=parallelism, dry_run=dry_run, started_s=started, phase=phase,
+                               timings=timings, storage_options=storage_options, carry_payload=carry_payload)
     return CompactionSummary(topic=str(name), results=tuple(sorted(results, key=lambda r: r.topic)))
 
 
-__all__ = ["compact_with_spark", "default_parallelism", "latest_per_key_native"]
+def _native(spark: SparkSession, root: str, base: str, plans: list[tuple[TopicLog, CompactionPlan]],
+            read: dict[str, int], *, retain_null_key: bool, parallelism: int | None, dry_run: bool,
+            started_s: float, phase: Callable[[str], None], timings: dict[str, float] | None,
+            storage_options: Mapping[str, str] | None, carry_payload: bool) -> list[CompactionResult]:
+    """The native job's Spark part and commits (see the module docstring)."""
+    kept = kept_rows(spark, base, plans, retain_null_key=retain_null_key, carry_payload=carry_payload)
+    refs = {r.topic_path: tuple(s.segment for s in r.segments) for r in topic_reads(plans)}
+    slices = max(1, min(len(plans), parallelism or default_parallelism(spark)))
+    by_topic = {p.topic_path: (lg, p) for lg, p in plans}
+    if dry_run:
+        counts = {} if kept is None else {
+            r["topic_path"]: r["count"] for r in kept.groupBy("topic_path").count().collect()}
+        phase("spark")
+        return [compaction_result(p, "dry-run", rows=counts.get(path, 0), messages_read=read[path],
+                                  started_s=started_s) for path, (_, p) in by_topic.items()]
+    written = [] if kept is None else (
+        kept.repartition(slices, "topic_path").sortWithinPartitions("topic_path", "offset")
+        .mapInArrow(_view_writer(root, refs, storage_options), _WRITTEN_SCHEMA).collect())
+    phase("spark")
+    if timings is not None:
+        timings["write"] = sum(r["write_s"] for r in written)
+    phase("written")
+    done = {r["topic_path"]: r for r in written}
+    results = []
+    for path, (topic_log, plan) in by_topic.items():
+        row = done.get(path)
+        if row is None:  # every key deleted: an empty view, written here
+            results.append(finish_compaction(topic_log, plan, VIEW_SCHEMA.empty_table(),
+                                             messages_read=read[path], started_s=started_s))
+        else:
+            results.append(commit_view_file(topic_log, plan, file=row["file"], rows=row["rows"],
+                                            messages_read=read[path], started_s=started_s))
+    phase("commit")
+    return results
+
+
+__all__ = ["ROWS_PER_SHUFFLE_PARTITION", "compact_with_spark", "default_parallelism", "shuffle_partitions_for"]

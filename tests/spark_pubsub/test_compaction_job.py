@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from source_job import Collector, make_root, run_available_now, source
@@ -22,6 +23,7 @@ from broker_core.errors import InvalidConfiguration
 from broker_core.jobs.compaction import compact_topic
 from broker_core.naming import TopicName
 from broker_core.topic.compacted_view import COMPACTED_DIR, decode_view, view_store
+from spark_pubsub.compaction_job import ROWS_PER_SHUFFLE_PARTITION, default_parallelism, shuffle_partitions_for
 from spark_pubsub.jobs import compact_with_spark, main
 from spark_pubsub.offsets import PartitionPlanner
 from spark_pubsub.options import SourceOptions, parse_options
@@ -67,9 +69,9 @@ def mixed(prefix: str, n: int) -> list[Sent]:
     return out
 
 
-@pytest.mark.parametrize("retain_null_key", [False, True])
+@pytest.mark.parametrize(("retain_null_key", "carry_payload"), [(False, False), (True, False), (True, True)])
 def test_the_spark_job_equals_the_local_run_also_incrementally(
-    spark: Any, tmp_path: Path, retain_null_key: bool
+    spark: Any, tmp_path: Path, retain_null_key: bool, carry_payload: bool
 ) -> None:
     local, remote = make_root(tmp_path / "local"), str(tmp_path / "spark")
     Broker.for_url(local).admin.create_partitioned_topic("t", 2)
@@ -83,7 +85,10 @@ def test_the_spark_job_equals_the_local_run_also_incrementally(
     sync_log(local, remote)
     for _ in range(2):  # a first run, then an incremental one over new messages
         compact_topic(Broker.for_url(local), "t", retain_null_key=retain_null_key)
-        summary = compact_with_spark(spark, remote, "t", retain_null_key=retain_null_key)
+        before = spark.conf.get("spark.sql.shuffle.partitions")
+        summary = compact_with_spark(spark, remote, "t", retain_null_key=retain_null_key,
+                                     carry_payload=carry_payload)
+        assert spark.conf.get("spark.sql.shuffle.partitions") == before  # the job's own value is undone
         assert {r.status for r in summary.results} == {"compacted"}
         expected, got = views(local, "t"), views(remote, "t")
         assert sorted(got) == sorted(expected) and len(got) == 2
@@ -93,6 +98,13 @@ def test_the_spark_job_equals_the_local_run_also_incrementally(
         send(local, "t", mixed("b", 60))
         sync_log(local, remote)
     assert compact_with_spark(spark, remote, "t", up_to_offset=0).results[0].status == "up-to-date"
+
+
+def test_the_job_picks_its_shuffle_partitions_by_the_rows_it_reads(spark: Any) -> None:
+    cores = default_parallelism(spark)
+    assert shuffle_partitions_for(spark, 0) == cores
+    assert shuffle_partitions_for(spark, ROWS_PER_SHUFFLE_PARTITION * cores) == cores
+    assert shuffle_partitions_for(spark, ROWS_PER_SHUFFLE_PARTITION * 10 + 1) == max(cores, 11)
 
 
 def test_the_command_line_prints_a_summary(spark: Any, tmp_path: Path, capsys: Any) -> None:
@@ -305,3 +317,39 @@ def test_the_spark_job_killed_at_random_moments_leaves_a_consistent_view(spark: 
     assert views(root, "t")["persistent://public/default/t"].equals(
         _expected_view(root, tmp_path / "model", snap_end))
     print(f"{kills} kills, {compactions} completed compactions before them")
+
+
+def test_the_payload_pass_opens_only_segments_holding_a_winner() -> None:
+    from broker_core.log.segment_ref import SegmentRef
+    from spark_pubsub.compaction_frames import needed_segments
+    from spark_pubsub.native_plan import SegmentRead, TopicRead
+
+    def seg(base: int) -> SegmentRead:
+        ref = SegmentRef(path=f"part-{base}", base_offset=base, num_records=10, base_entry_id=base, layout=[-10],
+                         size_bytes=1, min_publish_ms=0, max_publish_ms=0, modification_time_ms=0)
+        return SegmentRead(ref, 0, 10)
+
+    read = TopicRead(topic="t", partition=-1, topic_path="p", ledger_id=1, snapshot_version=1,
+                     segments=tuple(seg(b) for b in (0, 10, 20, 30, 40)), rows=50)
+    # a single message at 45, a chunked winner ending at 21 whose chunks start at 8 (segments 0-2)
+    cut = needed_segments(read, np.array([45, 21, 29]), np.array([0, 13, 0]))
+    assert [r.segment.base_offset for r in cut.segments] == [0, 10, 20, 40] and cut.rows == 40
+    assert needed_segments(read, np.array([], dtype=np.int64), np.array([], dtype=np.int64)).segments == ()
+    # winners below the log's part of the run live in the previous view: no segment for them
+    later = TopicRead(topic="t", partition=-1, topic_path="p", ledger_id=1, snapshot_version=1,
+                      segments=read.segments[2:], rows=30)
+    assert [r.segment.base_offset for r in needed_segments(later, np.array([3, 25]), np.array([0, 0])).segments] \
+        == [20]
+
+
+def test_a_topic_whose_every_key_was_deleted_gets_an_empty_view(spark: Any, tmp_path: Path) -> None:
+    local, remote = make_root(tmp_path / "local"), str(tmp_path / "spark")
+    send(local, "t", [("a", b"1"), ("b", b"2"), ("a", None), ("b", None), (None, b"keyless")])
+    sync_log(local, remote)
+    compact_topic(Broker.for_url(local), "t")
+    for dry_run in (True, False):
+        summary = compact_with_spark(spark, remote, "t", dry_run=dry_run)
+        assert [r.rows for r in summary.results] == [0]
+    got, expected = views(remote, "t"), views(local, "t")
+    assert got["persistent://public/default/t"].num_rows == 0
+    assert got["persistent://public/default/t"].equals(expected["persistent://public/default/t"])
