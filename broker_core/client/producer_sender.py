@@ -28,7 +28,7 @@ from broker_core.message_id import MessageId
 if TYPE_CHECKING:
     import threading
 
-    from broker_core.jobs.backlog import BacklogQuotaGuard
+    from broker_core.jobs.backlog_guard import BacklogQuotaGuard
     from broker_core.log.segment import CompressionType
     from broker_core.naming import TopicName
 
