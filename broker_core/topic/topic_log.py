@@ -6,8 +6,9 @@ offset and entry layout, together with ``txn`` actions for deduplication and the
 high-water marks.  A lost race re-validates against the winner's state: offsets move, and rows that
 became duplicates are filtered out by rewriting the (still invisible) segment.
 
-Pure helpers live in a module per concept (``append_checks``, ``offset_ids``, ``staged_writes``)
-and stay importable from here; the hot paths (``append``, ``read``, ``ids_for_offsets``) stay whole.
+Pure helpers live in a module per concept (``append_checks``, ``offset_ids``, ``staged_writes``,
+``segment_reads``, ``segment_cache``); ``AppendResult`` and ``StagedSegment`` stay importable from
+here.  ``append`` stays whole: its commit builder closes over the attempt's segment.
 
 Deleting a topic commits a tombstone first (``mark_deleted``), which refuses every later commit, and
 no write of a topic ever re-creates its directory once the deletion has renamed it away
@@ -17,19 +18,16 @@ no write of a topic ever re-creates its directory once the deletion has renamed 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 import uuid
-from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.errors import DirectoryGone, ProducerFenced, SegmentCorrupted, TopicDeleted
+from broker_core.errors import DirectoryGone, ProducerFenced, TopicDeleted
 from broker_core.log.actions import Action, Add, Metadata, Txn
 from broker_core.log.segment import (
-    SEGMENT_SCHEMA,
     CompressionType,
     delta_schema_string,
     encode_segment,
@@ -57,16 +55,11 @@ from broker_core.topic.append_checks import (
     filter_layout,
     producer_txns,
 )
-from broker_core.topic.offset_ids import seek_offset, segment_id_arrays
+from broker_core.topic.offset_ids import ids_for_offsets, seek_offset
+from broker_core.topic.segment_cache import SegmentCache
+from broker_core.topic.segment_reads import offset_for_publish_time, read_range
 from broker_core.topic.staged_writes import StagedSegment, staged_commit_actions, unreferenced, write_staged
 from broker_core.topic.waiters import Waiters
-
-_SEGMENT_CACHE_ENTRIES = 4  # always kept, whatever their size
-# Beyond those, decoded segments stay cached up to a byte budget: a consumer's dispatch window spans
-# thousands of tiny segments under a trickle of small commits, and re-decoding each file per claim
-# cost more than everything else it does (``benchmarks/bench_trickle.py``).
-_SEGMENT_CACHE_BYTES = 64 << 20
-_SEGMENT_CACHE_MAX_ENTRIES = 16_384
 
 
 class TopicLog(Waiters):
@@ -97,9 +90,7 @@ class TopicLog(Waiters):
             max_retries=max_retries,
             background_checkpoints=background_checkpoints,
         )
-        self._cache: OrderedDict[str, pa.Table] = OrderedDict()
-        self._cache_bytes = 0
-        self._cache_lock = threading.Lock()
+        self._cache = SegmentCache()
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -327,26 +318,16 @@ class TopicLog(Waiters):
     # -- reading ------------------------------------------------------------------------------------
 
     def segment_table(self, seg: SegmentRef) -> pa.Table:
-        """The decoded rows of a segment (small LRU cache: readers fetch a segment piecewise).
+        """The decoded rows of a segment (cached: readers fetch a segment piecewise).
 
         Raises:
             SegmentCorrupted: the file is missing, unreadable, or holds another row count than its
                 ``add`` says (``docs/PROTOCOL.md`` section 3a: what to do about it).
         """
-        with self._cache_lock:
-            cached = self._cache.get(seg.path)
-            if cached is not None:
-                self._cache.move_to_end(seg.path)
-                return cached
-        table = read_segment_checked(self.io, self.path, seg)
-        with self._cache_lock:
-            if seg.path not in self._cache:
-                self._cache[seg.path] = table
-                self._cache_bytes += table.get_total_buffer_size()  # (``nbytes`` costs 70x more)
-            while len(self._cache) > _SEGMENT_CACHE_ENTRIES and (
-                self._cache_bytes > _SEGMENT_CACHE_BYTES or len(self._cache) > _SEGMENT_CACHE_MAX_ENTRIES
-            ):
-                self._cache_bytes -= self._cache.popitem(last=False)[1].get_total_buffer_size()
+        table = self._cache.get(seg.path)
+        if table is None:
+            table = read_segment_checked(self.io, self.path, seg)
+            self._cache.put(seg.path, table)
         return table
 
     def read(self, start: int, end: int, *, snapshot: Snapshot | None = None) -> tuple[pa.Table, np.ndarray]:
@@ -358,7 +339,8 @@ class TopicLog(Waiters):
         Raises:
             SegmentCorrupted: a segment in the range is damaged (``read_until`` returns what precedes it).
         """
-        table, offsets, _ = self._read(start, end, snapshot, partial=False)
+        snap = snapshot or self.log.cached_snapshot()
+        table, offsets, _ = read_range(snap, start, end, self.segment_table, partial=False)
         return table, offsets
 
     def read_until(self, start: int, end: int, *,
@@ -367,54 +349,13 @@ class TopicLog(Waiters):
         failing it: returns the rows, their offsets and where reading stopped (``end``, or the damaged
         segment's base offset).  A read that *starts* at a damaged segment raises ``SegmentCorrupted``,
         so readers deliver every good message before the damage and then report it."""
-        return self._read(start, end, snapshot, partial=True)
-
-    def _read(self, start: int, end: int, snapshot: Snapshot | None,
-              partial: bool) -> tuple[pa.Table, np.ndarray, int]:
-        snap = snapshot or self.log.cached_snapshot()
-        stop = end
-        end = min(end, snap.next_offset)
-        pieces: list[pa.Table] = []
-        offsets: list[np.ndarray] = []
-        i = snap.segment_index_for(start)
-        while start < end and i < len(snap.segments):
-            seg = snap.segments[i]
-            if seg.base_offset >= end:
-                break
-            lo = max(start, seg.base_offset) - seg.base_offset
-            hi = min(end, seg.end_offset) - seg.base_offset
-            try:
-                whole = self.segment_table(seg)
-            except SegmentCorrupted:
-                if not (partial and pieces):
-                    raise
-                stop = seg.base_offset  # the next read starts here and reports the damage
-                break
-            pieces.append(whole if lo == 0 and hi == whole.num_rows else whole.slice(lo, hi - lo))
-            offsets.append(np.arange(seg.base_offset + lo, seg.base_offset + hi, dtype=np.int64))
-            i += 1
-        if not pieces:
-            return SEGMENT_SCHEMA.empty_table(), np.empty(0, dtype=np.int64), stop
-        table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-        return table, np.concatenate(offsets), stop
+        return read_range(snapshot or self.log.cached_snapshot(), start, end, self.segment_table, partial=True)
 
     def ids_for_offsets(
         self, offsets: np.ndarray, *, snapshot: Snapshot | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Entry ids and batch indexes for (sorted, live) offsets, vectorised per segment."""
-        snap = snapshot or self.log.cached_snapshot()
-        entries = np.empty(len(offsets), dtype=np.int64)
-        batches = np.empty(len(offsets), dtype=np.int32)
-        pos = 0
-        while pos < len(offsets):
-            seg = snap.segments[snap.segment_index_for(int(offsets[pos]))]
-            stop = int(np.searchsorted(offsets, seg.end_offset, side="left"))
-            rel = offsets[pos:stop] - seg.base_offset
-            seg_entries, seg_batches = segment_id_arrays(seg)
-            entries[pos:stop] = seg_entries[rel]
-            batches[pos:stop] = seg_batches[rel]
-            pos = stop
-        return entries, batches
+        return ids_for_offsets(snapshot or self.log.cached_snapshot(), offsets)
 
     def message_id(self, offset: int, partition: int, *, snapshot: Snapshot | None = None) -> MessageId:
         snap = snapshot or self.log.cached_snapshot()
@@ -428,15 +369,6 @@ class TopicLog(Waiters):
 
     def offset_for_publish_time(self, publish_time_ms: int, *, snapshot: Snapshot | None = None) -> int:
         """The first live offset whose publish time is at or after ``publish_time_ms`` (inclusive)."""
-        snap = snapshot or self.log.snapshot()
-        for seg in snap.segments:
-            if seg.max_publish_ms < publish_time_ms:
-                continue
-            times = self.segment_table(seg).column("publish_time").cast(pa.int64()).to_numpy()
-            hits = np.nonzero(times >= publish_time_ms * 1000)[0]
-            if len(hits):
-                return seg.base_offset + int(hits[0])
-        return snap.next_offset
-
+        return offset_for_publish_time(snapshot or self.log.snapshot(), publish_time_ms, self.segment_table)
 
 __all__ = ["AppendResult", "StagedSegment", "TopicLog", "dedup_keep_mask", "filter_layout"]
