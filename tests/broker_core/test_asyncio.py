@@ -216,6 +216,28 @@ def test_errors_are_the_sync_clients(tmp_path: Path) -> None:
     run(tmp_path, body)
 
 
+@pytest.mark.parametrize("target", [True, "yesterday", 1.5, None])
+def test_a_bad_seek_target_is_refused_alike_by_sync_and_asyncio_handles(tmp_path: Path, target: Any) -> None:
+    """One check (``client.args.check_seek_target``): the same error from the consumer, the reader and
+    their asyncio forms, and an asyncio handle keeps the message it had taken ahead."""
+    async def body(client: aio.Client) -> list[str]:
+        producer = await client.create_producer("t")
+        await producer.send(b"m")
+        consumer = await client.subscribe("t", "s", initial_position=EARLIEST)
+        reader = await client.create_reader("t", MessageId.earliest)
+        messages = []
+        for handle in (consumer, reader, consumer._consumer, reader._reader):
+            with pytest.raises(InvalidConfiguration, match="seek takes a MessageId") as info:
+                result = handle.seek(target)
+                if asyncio.iscoroutine(result):
+                    await result
+            messages.append(str(info.value))
+        assert (await consumer.receive()).data() == b"m" and (await reader.read_next()).data() == b"m"
+        return messages
+
+    assert len(set(run(tmp_path, body))) == 1
+
+
 def test_send_timeout_raises_timeout(tmp_path: Path) -> None:
     async def body(client: aio.Client) -> None:
         producer = await client.create_producer("t", send_timeout_millis=50)
