@@ -3,8 +3,6 @@ listeners, other processes' writes, and the official API's shape."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import run_python
 from records import V1, V2
 
 from broker_core import AlreadyClosed, BrokerConfig, Client, StringSchema
@@ -102,7 +101,7 @@ def test_another_processs_writes_are_polled_and_refresh_reads_them_at_once(tmp_p
             f"c = Client({str(tmp_path)!r})\np = c.create_producer('t')\n"
             "p.send(b'from-afar', partition_key='far')\nc.close()\n"
         )
-        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+        run_python("-c", code, timeout_s=60)
         view.refresh()
         assert view.get("far") == b"from-afar"
     finally:
