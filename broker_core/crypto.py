@@ -139,6 +139,15 @@ class EncryptionContext:
     def is_decryption_failed(self) -> bool:
         return self._decryption_failed
 
+    def header_property(self) -> str:
+        """The ``pubsub.encryption`` property this context was read from (a copy of a message that
+        could not be decrypted carries it on, so the ciphertext stays openable by a key holder)."""
+        keys = [{"name": k.key, "value": base64.b64encode(k.value).decode(), "metadata": dict(k.metadata)}
+                for k in self._keys]
+        header = {"v": _FORMAT_VERSION, "algo": self._algorithm, "iv": base64.b64encode(self._param).decode(),
+                  "keys": keys}
+        return json.dumps(header, separators=(",", ":"))
+
     def __repr__(self) -> str:
         return (f"EncryptionContext(algorithm={self._algorithm!r}, is_decryption_failed={self._decryption_failed}, "
                 f"keys={list(self._keys)})")
@@ -211,6 +220,11 @@ class MessageDecryptor:
     @property
     def has_reader(self) -> bool:
         return self._reader is not None
+
+    @property
+    def reader(self) -> CryptoKeyReader | None:
+        """The key reader (dead and retry letters re-encrypt with its public keys)."""
+        return self._reader
 
     def open(self, msg: Any) -> Outcome:
         """Decrypt ``msg`` in place (payload, properties, context); say what to do with it."""

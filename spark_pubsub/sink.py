@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 
 from broker_core.broker.broker import Broker
 from broker_core.errors import InvalidConfiguration, InvalidMessage, NotAllowedError, PulsarException
-from broker_core.hashing import HashingScheme
+from broker_core.hashing.keys import HashingScheme
 from broker_core.log.segment import CompressionType
 from broker_core.naming import TopicName
 from broker_core.producer.bulk import commit_staged_once, discard_staged, recorded_staged, route_rows, to_segment_rows

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from broker_core.asyncio.consumer import Consumer, Reader
 from broker_core.asyncio.producer import Producer
+from broker_core.client.args import check_type
 from broker_core.client.client import Client as CoreClient
 from broker_core.client.policies import (
     ConsumerBatchReceivePolicy,
@@ -111,12 +112,7 @@ class Client:
         ``extras`` are the sync client's keyword-only additions (``priority_level``,
         ``retry_enable``, ``subscription_mode``, ``negative_ack_backoff``).
         """
-        if not isinstance(is_pattern_topic, bool):
-            raise InvalidConfiguration(
-                f"argument 'is_pattern_topic' must be bool, got {type(is_pattern_topic).__name__}",
-                argument="is_pattern_topic",
-            )
-        if is_pattern_topic:
+        if check_type(bool, is_pattern_topic, "is_pattern_topic"):
             if not isinstance(topic, str):
                 raise InvalidConfiguration(
                     "argument 'topic' must be a str when is_pattern_topic is True (a list of topics "

@@ -16,9 +16,9 @@ from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from broker_core.asyncio.pump import Pump
+from broker_core.client.args import check_seek_target
 from broker_core.client.consumer_base import ConsumerBase
 from broker_core.client.reader import Reader as CoreReader
-from broker_core.errors import InvalidConfiguration
 from broker_core.message import Message
 from broker_core.message_id import MessageId
 
@@ -27,15 +27,6 @@ T = TypeVar("T")
 
 async def _off_loop(executor: Executor, fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, *args))
-
-
-def _check_seek_target(messageid: Any) -> MessageId | int:
-    if isinstance(messageid, bool) or not isinstance(messageid, MessageId | int):
-        raise InvalidConfiguration(
-            f"seek takes a MessageId or a publish timestamp in ms (int), got {type(messageid).__name__} {messageid!r}",
-            argument="messageid",
-        )
-    return messageid
 
 
 class Consumer:
@@ -104,7 +95,7 @@ class Consumer:
 
     async def seek(self, messageid: MessageId | int) -> None:
         """Reset the subscription to a message id or a publish timestamp in ms."""
-        target = _check_seek_target(messageid)
+        target = check_seek_target(messageid, "messageid")
         # messages taken before the seek are dropped: the new position decides what comes next
         await _off_loop(self._executor, self._pump.reposition, lambda: self._consumer.seek(target))
 
@@ -162,7 +153,7 @@ class Reader:
 
     async def seek(self, messageid: MessageId | int) -> None:
         """Reposition at a message id or a publish timestamp in ms (inclusive)."""
-        target = _check_seek_target(messageid)
+        target = check_seek_target(messageid, "messageid")
         await _off_loop(self._executor, self._pump.reposition, lambda: self._reader.seek(target))
 
     async def close(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from broker_core.broker.handles import existing_topic_log, forget_topic
 from broker_core.broker.root import OpenedRoot, resolve_root
 from broker_core.broker.tenancy import DEFAULT_NAMESPACE, DEFAULT_TENANT, Tenancy, as_topic_name, topic_dir
-from broker_core.config import BrokerConfig
+from broker_core.config.settings import BrokerConfig
 from broker_core.errors import (
     NotAllowedError,
     SubscriptionNotFound,

@@ -18,7 +18,7 @@ from broker_core.broker.admin import Admin, shared_admin
 from broker_core.broker.handles import shared_cursor_store, shared_topic_log
 from broker_core.broker.root import resolve_root
 from broker_core.broker.tenancy import topic_dir
-from broker_core.config import BrokerConfig
+from broker_core.config.settings import BrokerConfig
 from broker_core.errors import InvalidConfiguration, NotAllowedError
 from broker_core.log.checkpoint import LOG_DIR
 from broker_core.naming import TopicName

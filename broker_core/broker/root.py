@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_core.broker.root_check import open_root
-from broker_core.config import BrokerConfig, load_broker_config
+from broker_core.config.loader import load_broker_config
+from broker_core.config.settings import BrokerConfig
 from broker_core.errors import InvalidConfiguration
 from broker_core.storage import FileIO, file_io_for
 

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 
-from broker_core.config import BrokerConfig
+from broker_core.config.settings import BrokerConfig
 from broker_core.errors import (
     AlreadyExists,
     BrokerPersistenceError,

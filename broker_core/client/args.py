@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from broker_core.errors import InvalidConfiguration
+from broker_core.message_id import MessageId
 
 INT64_MAX = (1 << 63) - 1
 MAX_TIMESTAMP_MS = INT64_MAX // 1000
@@ -135,12 +136,27 @@ def check_initial_sequence_id(value: Any) -> int | None:
                            "it is the last sequence id published (-1: none), and the next one must fit in 64 bits")
 
 
+def check_seek_target(value: Any, name: str) -> MessageId | int:
+    """``seek``'s target: a ``MessageId``, or a publish timestamp in ms (an int; a bool is neither).
+
+    One check for the consumer, the reader and their asyncio forms (which check before they drop the
+    messages taken ahead, so a bad argument changes nothing).
+    """
+    if isinstance(value, bool) or not isinstance(value, MessageId | int):
+        raise InvalidConfiguration(
+            f"seek takes a MessageId or a publish timestamp in ms (int), got {type(value).__name__} {value!r}",
+            argument=name,
+        )
+    return value
+
+
 __all__ = [
     "INT64_MAX",
     "MAX_TIMESTAMP_MS",
     "check_initial_sequence_id",
     "check_int_range",
     "check_positive",
+    "check_seek_target",
     "check_send_arguments",
     "check_str_map",
     "check_type",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from broker_core.hashing import sticky_key_hash_array
+from broker_core.hashing.columns import sticky_key_hash_array
 from broker_core.log.segment import SEGMENT_SCHEMA
 from broker_core.log.segment_ref import normalise_layout
 from broker_core.message_id import MessageId

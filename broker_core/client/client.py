@@ -39,7 +39,7 @@ from broker_core.client.subscribe import subscribe
 from broker_core.client.table_view import TableView
 from broker_core.crypto import ConsumerCryptoFailureAction, CryptoKeyReader, MessageDecryptor, MessageEncryptor
 from broker_core.errors import InvalidConfiguration, OperationNotSupported
-from broker_core.hashing import HashingScheme
+from broker_core.hashing.keys import HashingScheme
 from broker_core.log.segment import CompressionType
 from broker_core.message import BytesSchema, Schema
 from broker_core.message_id import MessageId

@@ -24,7 +24,7 @@ from broker_core.client.args import (
 )
 from broker_core.client.loggers import check_logger
 from broker_core.clock import SYSTEM_CLOCK, Clock
-from broker_core.config import BrokerConfig
+from broker_core.config.settings import BrokerConfig
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported
 from broker_core.naming import TopicName
 

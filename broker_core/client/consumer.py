@@ -20,7 +20,7 @@ import logging
 import time
 from collections import deque
 
-from broker_core.client.args import check_type, check_type_or_none
+from broker_core.client.args import check_seek_target, check_type, check_type_or_none
 from broker_core.client.consumer_dispatch import ConsumerDispatch
 from broker_core.errors import (
     ConsumerBusy,
@@ -199,8 +199,7 @@ class Consumer(ConsumerDispatch):
     def seek(self, messageid: MessageId | int) -> None:
         """Reset the subscription to a message id or a publish timestamp (ms, inclusive)."""
         self._check_open()
-        if isinstance(messageid, bool) or not isinstance(messageid, MessageId | int):
-            raise InvalidConfiguration(f"seek takes a MessageId or a timestamp in ms, got {messageid!r}")
+        check_seek_target(messageid, "messageid")
         targets = list(range(len(self._parts)))
         if isinstance(messageid, MessageId) and messageid not in (MessageId.earliest, MessageId.latest):
             targets = [i for i in targets if messageid.partition() in (-1, self._parts[i].partition)]

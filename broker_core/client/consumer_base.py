@@ -87,23 +87,50 @@ class ConsumerBase(abc.ABC):
 
     # -- receiving ----------------------------------------------------------------------------------
 
+    _damage: PulsarException | None = None  # damaged storage, handed to the application once
+
+    def _pending_damage(self, clear: bool) -> PulsarException | None:
+        """The damage not handed to the application yet (call with ``_cv`` held); ``clear``: now it is."""
+        damage = self._damage
+        if clear:
+            self._damage = None
+        return damage
+
     def batch_receive(self) -> list[Message]:
-        """Messages up to the batch receive policy's limits, waiting at most its timeout."""
-        return collect_batch(self._cv, self._queue, self._take, self._check_open, self._batch_policy)
+        """Messages up to the batch receive policy's limits, waiting at most its timeout; damaged
+        storage is raised once, as by ``receive``, after every message before it."""
+        return collect_batch(self._cv, self._queue, self._take, self._check_open, self._batch_policy,
+                             self._pending_damage)
 
     def _listen(self) -> None:
         while not self._closed:
+            damage = None
             with self._cv:
-                while not self._closed and (not self._queue or self._paused):
+                # a queued message goes first (unless paused); damage once the queue before it is empty
+                while not self._closed and not (
+                        (self._queue and not self._paused) or (not self._queue and self._damage is not None)):
                     self._cv.wait(timeout=0.1)
                 if self._closed:
                     return
-                msg = self._take()
+                if self._queue:
+                    msg = self._take()
+                else:
+                    damage = self._pending_damage(True)
+            if damage is not None:
+                self._report_to_application(damage)
+                continue
             assert self._listener is not None
             try:
                 self._listener(self, msg)
             except Exception:  # like the official client: log it, keep listening (the message stays unacked)
                 self._log.exception("message listener of consumer %s on %s raised", self._name, self._topic_label)
+
+    def _report_to_application(self, error: PulsarException) -> None:
+        """Hand ``error`` to the application of a listener consumer, once: no call of the application's
+        is there to raise it from, so it goes to ``threading.excepthook`` as this thread's exception
+        (the application's hook if it installed one, else a traceback on stderr); the thread goes on."""
+        threading.excepthook(threading.ExceptHookArgs(
+            (type(error), error, error.__traceback__, threading.current_thread())))
 
     def pause_message_listener(self) -> None:
         self._paused = True

@@ -10,23 +10,36 @@ Topic names (``letter_topics``, the one place that decides them, also for the Sp
 policy's explicit names; else ``<topic>-<subscription>-RETRY`` / ``-DLQ``, except that with retry
 enabled the names of Pulsar before 2.8, ``<domain>://<tenant>/<namespace>/<subscription>-RETRY`` /
 ``-DLQ``, are kept when those topics already exist (so their messages are not abandoned).
+
+A letter is the original message as it was written: the payload bytes go over unchanged under the
+original's writer schema (registered on the letter topic, as the Java client's ``AUTO_PRODUCE_BYTES``
+producer does), so a typed consumer of the letter topic decodes it as it would the original.  A
+message that arrived encrypted stays encrypted: a decrypted one is sealed again for the same key name
+with the consumer's ``crypto_key_reader`` (``CryptoError`` if that reader has no public key for it:
+the letter is not sent and the message stays unacknowledged, never copied in plaintext), and one the
+consumer could not decrypt (``ConsumerCryptoFailureAction.CONSUME``) goes over as the ciphertext with
+its encryption header (``docs/DECISIONS.md``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_core.client.context import HandleOwner
 from broker_core.client.policies import ConsumerDeadLetterPolicy
 from broker_core.client.subscription_part import SubscriptionPart
-from broker_core.errors import PulsarException
+from broker_core.crypto import ENCRYPTION_PROPERTY, CryptoKeyReader
+from broker_core.errors import CryptoError, PulsarException
 from broker_core.message import Message
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
+from broker_core.schema.base import Schema
+from broker_core.schema.info import SchemaInfo
 
 if TYPE_CHECKING:
     from broker_core.broker.broker import Broker
@@ -46,8 +59,38 @@ DLQ_SUFFIX = "-DLQ"
 class LetterClient(HandleOwner, Protocol):
     """The client as dead letters see it: it also makes the letter topics' producers."""
 
-    def create_producer(self, topic: str) -> Producer:
+    def create_producer(self, topic: str, producer_name: str | None = None, schema: Schema | None = None,
+                        *args: Any, **kwargs: Any) -> Producer:
         """A producer of ``topic`` (the client's own method)."""
+
+
+class WriterSchema(Schema):
+    """A letter producer's schema: the original message's writer schema, its payload passed through.
+
+    Registering it on the letter topic gives the copy a schema version there that names the very
+    schema the payload was encoded with (the Java client's ``AUTO_PRODUCE_BYTES``).
+    """
+
+    def __init__(self, info: SchemaInfo) -> None:
+        self._info = info
+
+    def encode(self, value: Any) -> bytes:
+        return bytes(value)
+
+    def decode(self, data: bytes) -> Any:
+        return data
+
+    def schema_info(self) -> SchemaInfo:
+        return self._info
+
+
+@dataclass(frozen=True, slots=True)
+class _Letter:
+    """How one message is copied: under which schema, sealed for which key, with which properties."""
+
+    schema: SchemaInfo | None
+    encryption_key: str | None
+    properties: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +162,15 @@ class DeadLetters:
     """The DLQ / retry producers of one consumer (created on first use)."""
 
     def __init__(
-        self, client: LetterClient, policy: ConsumerDeadLetterPolicy | None, subscription: str, *, retry_enabled: bool
+        self, client: LetterClient, policy: ConsumerDeadLetterPolicy | None, subscription: str, *, retry_enabled: bool,
+        crypto_key_reader: CryptoKeyReader | None = None,
     ) -> None:
         self._client = client
         self._policy = policy
         self._subscription = subscription
         self.retry_enabled = retry_enabled
-        self._producers: dict[str, Producer] = {}
+        self._crypto_key_reader = crypto_key_reader
+        self._producers: dict[tuple[str, str | None, str | None], Producer] = {}
         self._names: dict[str, LetterTopics] = {}
         self._lock = threading.Lock()
 
@@ -158,15 +203,41 @@ class DeadLetters:
                 self._names[origin] = topics
         return topics
 
-    def _producer(self, topic: str, *, dead_letter: bool = False) -> Producer:
+    def _letter(self, msg: Message, properties: dict[str, str]) -> _Letter:
+        """The original's writer schema and encryption, carried over to its copy."""
+        info = None
+        if msg._schema_version:
+            info = self._client._broker.schemas.lookup(msg.topic_name(), msg._schema_version)
+        context = msg._encryption
+        if context is None:
+            return _Letter(info, None, properties)
+        if context.is_decryption_failed():  # ciphertext: it goes over with the header that opens it
+            return _Letter(info, None, {**properties, ENCRYPTION_PROPERTY: context.header_property()})
+        names = [key.key for key in context.keys()]  # noqa: SIM118  # the official method
+        if self._crypto_key_reader is None or not names:
+            raise CryptoError(
+                f"message {msg.message_id()} of {msg.topic_name()} arrived encrypted but the consumer has no "
+                "crypto_key_reader to encrypt its letter copy with; it is not copied in plaintext",
+                topic=msg.topic_name(),
+            )
+        return _Letter(info, names[0], properties)
+
+    def _producer(self, topic: str, letter: _Letter, *, dead_letter: bool = False) -> Producer:
+        schema_key = json.dumps(letter.schema.to_json(), sort_keys=True) if letter.schema is not None else None
+        key = (topic, schema_key, letter.encryption_key)
         with self._lock:
-            producer = self._producers.get(topic)
+            producer = self._producers.get(key)
             if producer is None:
                 # the initial subscription belongs to the dead letter topic, whatever its name
                 if self._policy is not None and self._policy.initial_subscription_name and dead_letter:
                     self._client._broker.create_subscription(topic, self._policy.initial_subscription_name)
-                producer = self._client.create_producer(topic)
-                self._producers[topic] = producer
+                options: dict[str, Any] = {}
+                if letter.schema is not None:
+                    options["schema"] = WriterSchema(letter.schema)
+                if letter.encryption_key is not None:
+                    options.update(encryption_key=letter.encryption_key, crypto_key_reader=self._crypto_key_reader)
+                producer = self._client.create_producer(topic, **options)
+                self._producers[key] = producer
             return producer
 
     def send_to_dlq(self, msg: Message, part: SubscriptionPart, properties: dict[str, str] | None = None) -> None:
@@ -175,8 +246,9 @@ class DeadLetters:
         props = msg.properties() if properties is None else properties
         props.setdefault(REAL_TOPIC, origin)
         props.setdefault(ORIGIN_MESSAGE_ID, pulsar_id_string(msg.message_id()))
-        producer = self._producer(topic, dead_letter=True)
-        producer.send(msg._data, properties=props, partition_key=msg._key or None,
+        letter = self._letter(msg, props)
+        producer = self._producer(topic, letter, dead_letter=True)
+        producer.send(msg._data, properties=letter.properties, partition_key=msg._key or None,
                       ordering_key=msg.ordering_key() or None)
 
     def reconsume_later(
@@ -191,9 +263,10 @@ class DeadLetters:
         if times > limit:  # past the limit: straight to the dead letter topic, no delay
             self.send_to_dlq(msg, part, props)
             return
-        producer = self._producer(self._topics(origin).retry)
+        letter = self._letter(msg, props)
+        producer = self._producer(self._topics(origin).retry, letter)
         deliver_after = timedelta(milliseconds=delay_ms) if delay_ms > 0 else None
-        producer.send(msg._data, properties=props, partition_key=msg._key or None,
+        producer.send(msg._data, properties=letter.properties, partition_key=msg._key or None,
                       ordering_key=msg.ordering_key() or None, deliver_after=deliver_after)
 
     def close(self) -> None:
@@ -213,6 +286,7 @@ __all__ = [
     "RECONSUMETIMES",
     "DeadLetters",
     "LetterTopics",
+    "WriterSchema",
     "letter_topics",
     "pulsar_id_string",
     "reconsume_properties",

@@ -43,7 +43,7 @@ from broker_core.errors import (
     TopicDeleted,
     result_for,
 )
-from broker_core.jobs.backlog import BacklogQuotaGuard
+from broker_core.jobs.backlog_guard import BacklogQuotaGuard
 from broker_core.log.segment import CompressionType
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import threading
 
     from broker_core.client.daemon_pool import DaemonPool
-    from broker_core.jobs.backlog import BacklogQuotaGuard
+    from broker_core.jobs.backlog_guard import BacklogQuotaGuard
     from broker_core.log.segment import CompressionType
     from broker_core.naming import TopicName
 

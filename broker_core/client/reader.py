@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from broker_core.client.args import check_type
+from broker_core.client.args import check_seek_target, check_type
 from broker_core.client.context import HandleOwner
 from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
 from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
@@ -122,10 +122,7 @@ class Reader:
     def seek(self, message_id: MessageId | int) -> None:
         """Reposition at a message id (the start rules apply) or a publish timestamp in ms (inclusive)."""
         self._check_open()
-        if isinstance(message_id, bool) or not isinstance(message_id, MessageId | int):
-            raise InvalidConfiguration(
-                f"seek takes a MessageId or a timestamp in ms (int), got {type(message_id).__name__}"
-            )
+        check_seek_target(message_id, "message_id")
         if isinstance(message_id, int):
             with self._lock:
                 self._buffer.clear()

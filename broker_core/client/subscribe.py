@@ -267,7 +267,8 @@ def subscribe(
 
     dead_letters = None
     if dead_letter_policy is not None or retry_enable:
-        dead_letters = DeadLetters(client, dead_letter_policy, subscription_name, retry_enabled=retry_enable)
+        dead_letters = DeadLetters(client, dead_letter_policy, subscription_name, retry_enabled=retry_enable,
+                                   crypto_key_reader=decryptor.reader if decryptor is not None else None)
     return Consumer(
         client, parts, topic_label=label, subscription=subscription_name, consumer_name=name,
         consumer_type=consumer_type, receiver_queue_size=receiver_queue_size, message_listener=message_listener,

@@ -11,8 +11,10 @@ process (the log's in-process push), at the next poll for other processes' commi
 
 Listeners (``for_each_and_listen``, ``listen``) are called on that thread with ``(key, value)`` for
 every update, and with ``(key, None)`` when a tombstone removes the key, as in the Java client.
-Values are stored as payload bytes and decoded with the schema when handed out, like the official
-client does.
+Values are stored as payload bytes, with the schema version they were written under, and decoded
+with the schema when handed out, like the official client does: a typed view resolves each value
+from its writer's schema (``Schema.decode_message``), so values written before the topic's schema
+evolved read as the view's schema says.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -43,6 +46,31 @@ class ViewClient(HandleOwner, Protocol):
         """A reader of ``topic`` (the client's own method)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """One key's latest value as written: what a schema reads of a message (``EncodedMessage``)."""
+
+    key: str
+    payload: bytes
+    version: bytes | None
+    topic: str
+
+    def data(self) -> bytes:
+        return self.payload
+
+    def has_null_value(self) -> bool:
+        return False  # a null value removes its key: never stored
+
+    def partition_key(self) -> str:
+        return self.key
+
+    def topic_name(self) -> str:
+        return self.topic
+
+    def schema_version(self) -> bytes:
+        return self.version or b""
+
+
 _LOG = logging.getLogger(__name__)
 _READ_ROWS = 100_000  # rows per bulk read while catching up
 
@@ -56,10 +84,11 @@ class TableView:
         self._topic = topic
         self._subscription = subscription_name
         self._schema = schema
+        schema.attach_client(client)  # so a typed schema can look up each value's writer schema
         self._poll_s = poll_interval_ms / 1000
         # between background polls: backs off while nothing arrives (``broker_core.topic.watch``)
         self._schedule = PollSchedule(self._poll_s, client._broker.config.new_entries_check_max_delay_millis / 1000)
-        self._data: dict[str, bytes] = {}
+        self._data: dict[str, _Stored] = {}
         self._chunks: dict[str, list[bytes]] = {}  # chunks of a message not read whole yet, by uuid
         self._listeners: list[Callable[[str, Any], None]] = []
         self._lock = threading.RLock()  # guards the map and listeners; held while applying a drain
@@ -89,33 +118,38 @@ class TableView:
         """Fold raw rows (the reader's bulk path: no ``Message`` per row) into the map, in order."""
         keys = rows.column("key").to_pylist()
         values = rows.column("value").to_pylist()
+        versions = rows.column("schema_version").to_pylist()
         if rows.column("num_chunks").null_count < rows.num_rows:
-            keys, values = self._join_chunks(rows, keys, values)
+            keys, values, versions = self._join_chunks(rows, keys, values, versions)
         listeners = list(self._listeners)
-        for key, data in zip(keys, values, strict=True):
+        for key, data, version in zip(keys, values, versions, strict=True):
             if key is None:
                 continue  # no key, no table entry (as in Pulsar)
-            if data is None:
+            stored = None if data is None else _Stored(key, data, version, self._topic)
+            if stored is None:
                 self._data.pop(key, None)
             else:
-                self._data[key] = data
+                self._data[key] = stored
             for listener in listeners:
                 try:
-                    listener(key, None if data is None else self._schema.decode(data))
+                    listener(key, None if stored is None else self._schema.decode_message(stored))
                 except Exception:  # like the official client: a failing listener is logged, not fatal
                     _LOG.exception("table view listener on %s raised for key %r", self._topic, key)
 
-    def _join_chunks(self, rows: pa.Table, keys: list[Any], values: list[Any]) -> tuple[list[Any], list[Any]]:
+    def _join_chunks(self, rows: pa.Table, keys: list[Any], values: list[Any],
+                     versions: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
         """Replace a chunked message's chunks by its whole payload, at its last chunk's place (chunks
         of one message are consecutive, but may arrive in two reads)."""
         out_keys: list[Any] = []
         out_values: list[Any] = []
+        out_versions: list[Any] = []
         uuids = rows.column("chunk_uuid").to_pylist()
         totals = rows.column("num_chunks").to_pylist()
-        for key, value, chunk_uuid, total in zip(keys, values, uuids, totals, strict=True):
+        for key, value, version, chunk_uuid, total in zip(keys, values, versions, uuids, totals, strict=True):
             if total is None or total <= 1:
                 out_keys.append(key)
                 out_values.append(value)
+                out_versions.append(version)
                 continue
             pieces = self._chunks.setdefault(chunk_uuid, [])
             pieces.append(value or b"")
@@ -123,7 +157,8 @@ class TableView:
                 del self._chunks[chunk_uuid]
                 out_keys.append(key)
                 out_values.append(b"".join(pieces))
-        return out_keys, out_values
+                out_versions.append(version)
+        return out_keys, out_values, out_versions
 
     def refresh(self) -> None:
         """Apply everything committed to the topic so far (other processes' commits included).
@@ -165,8 +200,8 @@ class TableView:
     def get(self, key: str) -> Any | None:
         """The latest value of ``key`` decoded with the schema, or None if the key is absent."""
         with self._lock:
-            data = self._data.get(key)
-        return None if data is None else self._schema.decode(data)
+            stored = self._data.get(key)
+        return None if stored is None else self._schema.decode_message(stored)
 
     def for_each(self, callback: Callable[[str, Any], None]) -> None:
         """Call ``callback(key, value)`` for every entry (a consistent snapshot of the map)."""
@@ -217,7 +252,7 @@ class TableView:
         """(key, decoded value) pairs, as a snapshot."""
         with self._lock:
             raw = list(self._data.items())
-        return [(key, self._schema.decode(data)) for key, data in raw]
+        return [(key, self._schema.decode_message(stored)) for key, stored in raw]
 
     def values(self) -> list[Any]:
         """The decoded values, as a snapshot."""

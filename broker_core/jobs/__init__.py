@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from broker_core.jobs.backlog import (
     BacklogEviction,
-    BacklogQuotaGuard,
     BacklogStatus,
     backlog_status,
     enforce_backlog_quota,
 )
+from broker_core.jobs.backlog_guard import BacklogQuotaGuard
 from broker_core.jobs.log_maintenance import (
     CheckpointResult,
     CleanupResult,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_core.errors import ConsumerBusy, InvalidConfiguration, ProducerBusy, ProducerFenced
-from broker_core.hashing import sticky_key_hash
+from broker_core.hashing.keys import sticky_key_hash
 from broker_core.message import Message
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName

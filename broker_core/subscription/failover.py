@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from broker_core.errors import InvalidConfiguration
-from broker_core.hashing import murmur3_32_hash
+from broker_core.hashing.keys import murmur3_32_hash
 
 RING_POINTS_PER_CONSUMER = 100
 

@@ -3,6 +3,8 @@
 - ``topic_log``: ``TopicLog``, one internal topic's append, read, tombstone and commit handle.
 - ``append_checks``, ``staged_writes``, ``offset_ids``: the append path's pure checks (dedup, fencing),
   segments staged by one process and committed by another, offsets <-> message ids.
+- ``segment_reads``, ``segment_cache``: reading offset ranges and publish times from a snapshot's
+  segments; the decoded segments kept in memory.
 - ``waiters``: in-process wake-ups of readers and consumers waiting for a commit.
 - ``watch``: how a waiter learns of another process's commit (inotify, or polling that backs off).
 - ``prefetch``: on object stores, the segment a polled commit adds is fetched while the poll reads on.

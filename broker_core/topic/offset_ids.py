@@ -59,4 +59,20 @@ def seek_offset(snap: Snapshot, msg_id: MessageId, *, inclusive: bool) -> int:
     return start if inclusive else end
 
 
-__all__ = ["seek_offset", "segment_id_arrays"]
+def ids_for_offsets(snap: Snapshot, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Entry ids and batch indexes of (sorted, live) offsets, vectorised per segment."""
+    entries = np.empty(len(offsets), dtype=np.int64)
+    batches = np.empty(len(offsets), dtype=np.int32)
+    pos = 0
+    while pos < len(offsets):
+        seg = snap.segments[snap.segment_index_for(int(offsets[pos]))]
+        stop = int(np.searchsorted(offsets, seg.end_offset, side="left"))
+        rel = offsets[pos:stop] - seg.base_offset
+        seg_entries, seg_batches = segment_id_arrays(seg)
+        entries[pos:stop] = seg_entries[rel]
+        batches[pos:stop] = seg_batches[rel]
+        pos = stop
+    return entries, batches
+
+
+__all__ = ["ids_for_offsets", "seek_offset", "segment_id_arrays"]

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from broker_core.config import BrokerConfig
+from broker_core.config.settings import BrokerConfig
 from broker_core.errors import InvalidConfiguration, NamespaceNotFound
 from broker_core.log.state_store import VersionedState
 from broker_core.naming import NamespaceName, TopicName

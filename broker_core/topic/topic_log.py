@@ -6,8 +6,9 @@ offset and entry layout, together with ``txn`` actions for deduplication and the
 high-water marks.  A lost race re-validates against the winner's state: offsets move, and rows that
 became duplicates are filtered out by rewriting the (still invisible) segment.
 
-Pure helpers live in a module per concept (``append_checks``, ``offset_ids``, ``staged_writes``)
-and stay importable from here; the hot paths (``append``, ``read``, ``ids_for_offsets``) stay whole.
+Pure helpers live in a module per concept (``append_checks``, ``offset_ids``, ``staged_writes``,
+``segment_reads``, ``segment_cache``); ``AppendResult`` and ``StagedSegment`` stay importable from
+here.  ``append`` stays whole: its commit builder closes over the attempt's segment.
 
 Deleting a topic commits a tombstone first (``mark_deleted``), which refuses every later commit, and
 no write of a topic ever re-creates its directory once the deletion has renamed it away
@@ -18,19 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from broker_core.errors import DirectoryGone, SegmentCorrupted, TopicDeleted
+from broker_core.errors import DirectoryGone, TopicDeleted
 from broker_core.log.actions import Action, Add, Metadata, Txn
 from broker_core.log.segment import (
-    SEGMENT_SCHEMA,
     SMALL_SEGMENT_BYTES,
     CompressionType,
     delta_schema_string,
@@ -55,18 +53,14 @@ from broker_core.topic.append_checks import (
     filter_layout,
 )
 from broker_core.topic.appends import PreparedAppend, commit_actions, discard, upload
-from broker_core.topic.offset_ids import seek_offset, segment_id_arrays
+from broker_core.topic.offset_ids import ids_for_offsets, seek_offset
 from broker_core.topic.prefetch import SegmentPrefetcher
 from broker_core.topic.readahead import Readahead
+from broker_core.topic.segment_cache import SegmentCache
+from broker_core.topic.segment_reads import offset_for_publish_time, read_range
 from broker_core.topic.staged_writes import StagedSegment, staged_commit_actions, unreferenced, write_staged
 from broker_core.topic.waiters import Waiters
 
-_SEGMENT_CACHE_ENTRIES = 4  # always kept, whatever their size
-# Beyond those, decoded segments stay cached up to a byte budget: a consumer's dispatch window spans
-# thousands of tiny segments under a trickle of small commits, and re-decoding each file per claim
-# cost more than everything else it does (``benchmarks/bench_trickle.py``).
-_SEGMENT_CACHE_BYTES = 64 << 20
-_SEGMENT_CACHE_MAX_ENTRIES = 16_384
 _READAHEAD_MIN_SEGMENTS = 16  # a read spanning this many segments has the following ones decoded ahead
 READ_ON = (1 << 63) - 1
 """``read_ahead_to`` of a caller that reads on to whatever the log holds (a consumer draining it)."""
@@ -100,9 +94,7 @@ class TopicLog(Waiters):
             max_retries=max_retries,
             background_checkpoints=background_checkpoints,
         )
-        self._cache: OrderedDict[str, tuple[pa.Table, int]] = OrderedDict()  # path -> (rows, bytes)
-        self._cache_bytes = 0
-        self._cache_lock = threading.Lock()
+        self._cache = SegmentCache()
         self._prefetcher: SegmentPrefetcher | None = None
         if not io.is_local:  # a GET is a round trip: start it as soon as a polled commit names the file
             self._prefetcher = SegmentPrefetcher()
@@ -331,48 +323,27 @@ class TopicLog(Waiters):
                 self._prefetcher.start(seg.path, functools.partial(read_segment_checked, self.io, self.path, seg))
 
     def segment_table(self, seg: SegmentRef) -> pa.Table:
-        """The decoded rows of a segment (small LRU cache: readers fetch a segment piecewise).
+        """The decoded rows of a segment (cached: readers fetch a segment piecewise).
 
         Raises:
             SegmentCorrupted: the file is missing, unreadable, or holds another row count than its
                 ``add`` says (``docs/PROTOCOL.md`` section 3a: what to do about it).
         """
-        cached = self._cached(seg.path)
+        cached = self._cache.get(seg.path)
         if cached is None:
             self._readahead.forget(seg.path)  # being decoded right now: wait for it, do not decode twice
-            cached = self._cached(seg.path)
+            cached = self._cache.get(seg.path)
         return cached if cached is not None else self._decode(seg)
-
-    def _cached(self, path: str) -> pa.Table | None:
-        with self._cache_lock:
-            cached = self._cache.get(path)
-            if cached is None:
-                return None
-            self._cache.move_to_end(path)
-            return cached[0]
 
     def _warm(self, seg: SegmentRef) -> None:
         """The readahead thread's work: decode ``seg`` into the cache unless it is there."""
-        with self._cache_lock:
-            if seg.path in self._cache:
-                return
-        self._decode(seg)
+        if seg.path not in self._cache:
+            self._decode(seg)
 
     def _decode(self, seg: SegmentRef) -> pa.Table:
         pending = None if self._prefetcher is None else self._prefetcher.take(seg.path)
         table = read_segment_checked(self.io, self.path, seg) if pending is None else pending.result()
-        # the size is taken once and kept with the entry: a table's ``get_total_buffer_size`` walks
-        # its sixteen columns (10-20 us, a tenth of decoding a tiny segment), its single record
-        # batch's takes a third of that, ``nbytes`` 70x more
-        size_bytes = sum(batch.get_total_buffer_size() for batch in table.to_batches())
-        with self._cache_lock:
-            if seg.path not in self._cache:
-                self._cache[seg.path] = (table, size_bytes)
-                self._cache_bytes += size_bytes
-            while len(self._cache) > _SEGMENT_CACHE_ENTRIES and (
-                self._cache_bytes > _SEGMENT_CACHE_BYTES or len(self._cache) > _SEGMENT_CACHE_MAX_ENTRIES
-            ):
-                self._cache_bytes -= self._cache.popitem(last=False)[1][1]
+        self._cache.put(seg.path, table)
         return table
 
     def read(self, start: int, end: int, *, snapshot: Snapshot | None = None,
@@ -404,42 +375,21 @@ class TopicLog(Waiters):
     def _read(self, start: int, end: int, snapshot: Snapshot | None, *,
               partial: bool, ahead_to: int | None) -> tuple[pa.Table, np.ndarray, int]:
         snap = snapshot or self.log.cached_snapshot()
-        stop = end
-        end = min(end, snap.next_offset)
-        pieces: list[pa.Table] = []
-        offsets: list[np.ndarray] = []
-        i = snap.segment_index_for(start)
-        while start < end and i < len(snap.segments):
-            seg = snap.segments[i]
-            if seg.base_offset >= end:
-                break
-            lo = max(start, seg.base_offset) - seg.base_offset
-            hi = min(end, seg.end_offset) - seg.base_offset
-            try:
-                whole = self.segment_table(seg)
-            except SegmentCorrupted:
-                if not (partial and pieces):
-                    raise
-                stop = seg.base_offset  # the next read starts here and reports the damage
-                break
-            pieces.append(whole if lo == 0 and hi == whole.num_rows else whole.slice(lo, hi - lo))
-            offsets.append(np.arange(seg.base_offset + lo, seg.base_offset + hi, dtype=np.int64))
-            i += 1
-        if ahead_to is not None and len(pieces) >= _READAHEAD_MIN_SEGMENTS:
-            self._read_ahead(snap, i, len(pieces), ahead_to)
-        if not pieces:
-            return SEGMENT_SCHEMA.empty_table(), np.empty(0, dtype=np.int64), stop
-        table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-        return table, np.concatenate(offsets), stop
+
+        def spanned(first: int, count: int) -> None:
+            if ahead_to is not None and count >= _READAHEAD_MIN_SEGMENTS:
+                self._read_ahead(snap, first, count, ahead_to)
+
+        return read_range(snap, start, end, self.segment_table, partial=partial, spanned=spanned)
 
     def _read_ahead(self, snap: Snapshot, first: int, count: int, until: int) -> None:
         """A read that spanned ``count`` segments (a backlog of tiny ones): have the next as many small
         segments below offset ``until``, from index ``first``, decoded in the background
         (``readahead``), within a quarter of the cache so that they never push out the rows the
         reader is working on."""
-        budget = _SEGMENT_CACHE_BYTES // 4
+        budget = self._cache.budget_bytes // 4
         wanted: list[SegmentRef] = []
-        for seg in snap.segments[first:first + min(count, _SEGMENT_CACHE_MAX_ENTRIES // 4)]:
+        for seg in snap.segments[first:first + min(count, self._cache.max_entries // 4)]:
             budget -= seg.size_bytes
             if seg.base_offset >= until or seg.size_bytes >= SMALL_SEGMENT_BYTES or budget < 0:
                 break
@@ -450,19 +400,7 @@ class TopicLog(Waiters):
         self, offsets: np.ndarray, *, snapshot: Snapshot | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Entry ids and batch indexes for (sorted, live) offsets, vectorised per segment."""
-        snap = snapshot or self.log.cached_snapshot()
-        entries = np.empty(len(offsets), dtype=np.int64)
-        batches = np.empty(len(offsets), dtype=np.int32)
-        pos = 0
-        while pos < len(offsets):
-            seg = snap.segments[snap.segment_index_for(int(offsets[pos]))]
-            stop = int(np.searchsorted(offsets, seg.end_offset, side="left"))
-            rel = offsets[pos:stop] - seg.base_offset
-            seg_entries, seg_batches = segment_id_arrays(seg)
-            entries[pos:stop] = seg_entries[rel]
-            batches[pos:stop] = seg_batches[rel]
-            pos = stop
-        return entries, batches
+        return ids_for_offsets(snapshot or self.log.cached_snapshot(), offsets)
 
     def message_id(self, offset: int, partition: int, *, snapshot: Snapshot | None = None) -> MessageId:
         snap = snapshot or self.log.cached_snapshot()
@@ -476,15 +414,6 @@ class TopicLog(Waiters):
 
     def offset_for_publish_time(self, publish_time_ms: int, *, snapshot: Snapshot | None = None) -> int:
         """The first live offset whose publish time is at or after ``publish_time_ms`` (inclusive)."""
-        snap = snapshot or self.log.snapshot()
-        for seg in snap.segments:
-            if seg.max_publish_ms < publish_time_ms:
-                continue
-            times = self.segment_table(seg).column("publish_time").cast(pa.int64()).to_numpy()
-            hits = np.nonzero(times >= publish_time_ms * 1000)[0]
-            if len(hits):
-                return seg.base_offset + int(hits[0])
-        return snap.next_offset
-
+        return offset_for_publish_time(snapshot or self.log.snapshot(), publish_time_ms, self.segment_table)
 
 __all__ = ["READ_ON", "AppendResult", "StagedSegment", "TopicLog", "dedup_keep_mask", "filter_layout"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ from adversarial_helpers import TOPIC_DIR, T, produce
 
 from broker_core import (
     Client,
+    ConsumerBatchReceivePolicy,
     ConsumerType,
     InitialPosition,
     LogCorrupted,
@@ -81,6 +84,57 @@ def test_a_consumer_gets_the_good_messages_then_the_error_once(
         assert not [r for r in caplog.records if r.exc_info]  # no traceback per poll
         assert len([r for r in caplog.records if damaged.name in r.getMessage()]) == 1
         consumer.close()
+    finally:
+        fresh.close()
+
+
+def test_batch_receive_gets_the_good_messages_then_the_error_once(
+        root: Path, client: Client, new_process: Any) -> None:
+    damaged = _three_segments(root, client)
+    _truncate(damaged)
+    new_process()
+    fresh = Client(str(root))
+    try:
+        policy = ConsumerBatchReceivePolicy(max_num_message=10, timeout_ms=300)
+        consumer = fresh.subscribe(T, "s", initial_position=InitialPosition.Earliest, batch_receive_policy=policy)
+        got = []
+        while len(got) < 2:  # the messages before the damage (in one batch or more)
+            got += [m.data() for m in consumer.batch_receive()]
+        assert got == [b"m0", b"m1"]
+        deadline = time.monotonic() + 10
+        with pytest.raises(SegmentCorrupted, match=damaged.name):
+            while time.monotonic() < deadline:  # (a batch may come back empty before the dispatcher met it)
+                assert consumer.batch_receive() == []
+        assert consumer.batch_receive() == []  # surfaced once, not again and again
+        consumer.close()
+    finally:
+        fresh.close()
+
+
+def test_a_listener_consumer_hands_the_error_to_the_application_once(
+        root: Path, client: Client, new_process: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    damaged = _three_segments(root, client)
+    _truncate(damaged)
+    new_process()
+    reported: list[BaseException | None] = []
+    heard = threading.Event()
+
+    def hook(args: Any) -> None:
+        reported.append(args.exc_value)
+        heard.set()
+
+    monkeypatch.setattr(threading, "excepthook", hook)
+    fresh = Client(str(root))
+    try:
+        got: list[bytes] = []
+        consumer = fresh.subscribe(T, "s", initial_position=InitialPosition.Earliest,
+                                   message_listener=lambda c, m: (got.append(m.data()), c.acknowledge(m)))
+        assert heard.wait(10)
+        assert got == [b"m0", b"m1"]  # every good message first
+        assert len(reported) == 1 and isinstance(reported[0], SegmentCorrupted)
+        assert damaged.name in str(reported[0])
+        consumer.close()
+        assert len(reported) == 1  # once, though the dispatcher kept meeting the damage
     finally:
         fresh.close()
 

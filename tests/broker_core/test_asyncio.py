@@ -149,7 +149,7 @@ def test_storage_is_never_touched_on_the_event_loop(tmp_path: Path, monkeypatch:
         monkeypatch.setattr(LocalFileIO, name, wrapper)
 
     for name in ("read_bytes", "exists", "stat", "put_if_absent", "write_new", "replace", "list_dir", "delete",
-                 "open_input"):
+                 "open_input", "abs_path"):  # (small local segments are opened by path: ``segment._open``)
         spy(name)
     # constructed before the loop runs: the constructor opens the root, as the sync one does
     client = aio.Client(str(tmp_path), broker_config=BrokerConfig(fsync_enabled=False))
@@ -178,7 +178,7 @@ def test_storage_is_never_touched_on_the_event_loop(tmp_path: Path, monkeypatch:
         return threading.get_ident()
 
     loop_thread = asyncio.run(asyncio.wait_for(body(), 60))
-    assert {name for name, _ in calls} >= {"read_bytes", "put_if_absent", "open_input"}
+    assert {name for name, _ in calls} >= {"read_bytes", "put_if_absent", "abs_path"}
     on_loop = sorted({name for name, ident in calls if ident == loop_thread})
     assert on_loop == [], f"storage calls on the event loop: {on_loop}"
 
@@ -214,6 +214,28 @@ def test_errors_are_the_sync_clients(tmp_path: Path) -> None:
             await asyncio.wait_for(listened.receive(), WAIT_S)
 
     run(tmp_path, body)
+
+
+@pytest.mark.parametrize("target", [True, "yesterday", 1.5, None])
+def test_a_bad_seek_target_is_refused_alike_by_sync_and_asyncio_handles(tmp_path: Path, target: Any) -> None:
+    """One check (``client.args.check_seek_target``): the same error from the consumer, the reader and
+    their asyncio forms, and an asyncio handle keeps the message it had taken ahead."""
+    async def body(client: aio.Client) -> list[str]:
+        producer = await client.create_producer("t")
+        await producer.send(b"m")
+        consumer = await client.subscribe("t", "s", initial_position=EARLIEST)
+        reader = await client.create_reader("t", MessageId.earliest)
+        messages = []
+        for handle in (consumer, reader, consumer._consumer, reader._reader):
+            with pytest.raises(InvalidConfiguration, match="seek takes a MessageId") as info:
+                result = handle.seek(target)
+                if asyncio.iscoroutine(result):
+                    await result
+            messages.append(str(info.value))
+        assert (await consumer.receive()).data() == b"m" and (await reader.read_next()).data() == b"m"
+        return messages
+
+    assert len(set(run(tmp_path, body))) == 1
 
 
 def test_send_timeout_raises_timeout(tmp_path: Path) -> None:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +9,7 @@ from typing import Any
 
 import pytest
 from async_facade import BOTH_CLIENT_CLASSES, ClientMaker
+from processes import run_python
 
 from broker_core import (
     AlreadyClosed,
@@ -445,17 +443,7 @@ UNCLOSED_SCRIPT = textwrap.dedent(
 
 
 def test_an_unclosed_client_does_not_block_interpreter_exit(tmp_path: Path) -> None:
-    repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-c", UNCLOSED_SCRIPT, str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_python("-c", UNCLOSED_SCRIPT, tmp_path)
     assert "exiting without close" in done.stdout
     client = Client(str(tmp_path))
     try:

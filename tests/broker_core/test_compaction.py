@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from log_helpers import TOPIC_DIR, kill_after_events, open_topic, read_all, segment_table
 from moto_s3 import Root
+from processes import run_probe
 
 from broker_core import (
     BrokerConfig,
@@ -347,15 +348,7 @@ def test_the_topic_table_is_untouched_for_delta_readers(tmp_path: Path) -> None:
 
 
 def delta_probe(path: Path | str, storage_options: dict[str, str] | None = None) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, str(PROBE), json.dumps({"path": str(path), "storage_options": storage_options or None})],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_probe(PROBE, payload={"path": str(path), "storage_options": storage_options or None})
 
 
 # -- property: the view equals a dict model ---------------------------------------------------------

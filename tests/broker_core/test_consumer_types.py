@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 from consumer_helpers import crash, drain, values
+from processes import child_env
 
 from broker_core import (
     BrokerConfig,
@@ -36,7 +36,6 @@ from broker_core.subscription.key_shared import (
     KeySharedConsumer,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 EPOCH_MS = 1_700_000_000_000
 WAIT_MS = 10_000
 QUIET_MS = 300
@@ -272,9 +271,8 @@ def test_shared_messages_of_a_killed_process_are_redelivered(tmp_path: Path) -> 
     for i in range(3):
         producer.send(f"{i}".encode())
     producer.close()
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     worker = subprocess.Popen([sys.executable, "-c", _KILLED_WORKER, str(tmp_path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, env=env, text=True)
+                              stdout=subprocess.PIPE, env=child_env(), text=True)
     try:
         assert worker.stdout is not None
         assert worker.stdout.readline().strip() == "held"

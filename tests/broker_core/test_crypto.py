@@ -16,6 +16,7 @@ from broker_core import (
     BrokerConfig,
     Client,
     ConsumerCryptoFailureAction,
+    ConsumerDeadLetterPolicy,
     ConsumerType,
     CryptoError,
     CryptoKeyReader,
@@ -233,3 +234,76 @@ def test_a_golden_encrypted_root_stays_readable(tmp_path: Path) -> None:
         assert not any(b"golden secret" in v for v in raw.column("value").to_pylist())
     finally:
         client.close()
+
+
+# -- dead and retry letters of encrypted messages stay encrypted ------------------------------------------
+
+
+def _stored(root: Path, topic_dir: str) -> bytes:
+    return b"".join(p.read_bytes() for p in root.rglob("*") if p.is_file() and topic_dir in str(p))
+
+
+def test_dead_and_retry_letters_of_encrypted_messages_are_encrypted(
+    tmp_path: Path, client: Client, keys: dict[str, Any]
+) -> None:
+    send_secret(client, keys, count=2)
+    policy = ConsumerDeadLetterPolicy(max_redeliver_count=1)
+    consumer = client.subscribe("t", "s", initial_position=EARLIEST, consumer_type=ConsumerType.Shared,
+                                crypto_key_reader=keys["reader"], retry_enable=True, dead_letter_policy=policy,
+                                negative_ack_redelivery_delay_ms=0)
+    first = consumer.receive(WAIT_MS)
+    consumer.reconsume_later(first, 0)  # -> t-s-RETRY
+    for _ in range(2):  # -> t-s-DLQ once redelivered past max_redeliver_count
+        msg = consumer.receive(WAIT_MS)
+        while msg.data() != SECRET + b"-1":
+            consumer.acknowledge(msg)
+            msg = consumer.receive(WAIT_MS)
+        consumer.negative_acknowledge(msg)
+    drain(consumer, ack=True)
+    consumer.close()
+    for letters in ("t-s-RETRY", "t-s-DLQ"):
+        assert _stored(tmp_path, letters), f"nothing was written to {letters}"
+        assert SECRET not in _stored(tmp_path, letters), f"{letters} holds the plaintext"
+    for topic, payload in (("t-s-RETRY", SECRET + b"-0"), ("t-s-DLQ", SECRET + b"-1")):
+        able = client.subscribe(topic, "check", initial_position=EARLIEST, crypto_key_reader=keys["reader"])
+        letter = able.receive(WAIT_MS)
+        assert letter.data() == payload
+        context = letter.encryption_context()
+        assert context is not None and [k.key for k in context.keys()] == ["app-key"]  # noqa: SIM118
+        able.close()
+
+
+def test_a_letter_of_a_message_that_failed_decryption_carries_its_ciphertext_and_header(
+    tmp_path: Path, client: Client, keys: dict[str, Any]
+) -> None:
+    send_secret(client, keys)
+    blind = client.subscribe("t", "s", initial_position=EARLIEST, crypto_key_reader=keys["wrong"],
+                             crypto_failure_action=ConsumerCryptoFailureAction.CONSUME,
+                             dead_letter_policy=ConsumerDeadLetterPolicy(max_redeliver_count=1),
+                             negative_ack_redelivery_delay_ms=0, consumer_type=ConsumerType.Shared)
+    for _ in range(2):  # delivered, redelivered once, then dead-lettered
+        blind.negative_acknowledge(blind.receive(WAIT_MS))
+    assert drain(blind) == []
+    blind.close()
+    assert SECRET not in _stored(tmp_path, "t-s-DLQ")
+    able = client.subscribe("t-s-DLQ", "check", initial_position=EARLIEST, crypto_key_reader=keys["reader"])
+    assert able.receive(WAIT_MS).data() == SECRET + b"-0"  # the key holder still opens it
+    able.close()
+
+
+def test_a_letter_is_not_copied_in_plaintext_when_no_key_can_seal_it(client: Client, keys: dict[str, Any]) -> None:
+    class PrivateOnly(CryptoKeyReader):
+        def public_key(self, key_name: str) -> bytes:
+            raise CryptoError(f"no public key for {key_name}")
+
+    send_secret(client, keys)
+    private_only = PrivateOnly(*[str(keys["folder"] / f"right-{kind}.pem") for kind in ("public", "private")])
+    consumer = client.subscribe("t", "s", initial_position=EARLIEST, crypto_key_reader=private_only,
+                                retry_enable=True, consumer_type=ConsumerType.Shared)
+    msg = consumer.receive(WAIT_MS)
+    with pytest.raises(CryptoError, match="no public key"):
+        consumer.reconsume_later(msg, 0)
+    consumer.close()
+    again = client.subscribe("t", "s", consumer_type=ConsumerType.Shared, crypto_key_reader=keys["reader"])
+    assert again.receive(WAIT_MS).data() == SECRET + b"-0"  # still there, unacknowledged
+    again.close()

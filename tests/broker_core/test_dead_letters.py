@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from consumer_helpers import drain
+from records import V1, V2
 
 from broker_core import (
     BrokerConfig,
@@ -18,6 +19,7 @@ from broker_core import (
     NotAllowedError,
     Timeout,
 )
+from broker_core import schema as m
 from broker_core.client.dead_letters import (
     DELAY_TIME,
     ORIGIN_MESSAGE_ID,
@@ -372,4 +374,40 @@ def test_legacy_letter_topics_are_used_when_they_exist(tmp_path: Path) -> None:
     values = sorted(m.data() for m in drain(consumer))
     assert values == [b"job", b"old"]  # the consumer reads the legacy retry topic (old and new)
     consumer.close()
+    client.close()
+
+
+# -- letters keep the writer schema of the original -------------------------------------------------------
+
+
+def test_dead_and_retry_letters_keep_the_writer_schema_version(tmp_path: Path) -> None:
+    """A letter carries the schema version of its original: a V1 message stays V1 on the letter topic
+    even after the topic evolved to V2, so a V2 reader of the letter topic resolves it (defaults and all)."""
+    client = make_client(tmp_path)
+    client.create_producer("t", schema=m.AvroSchema(V1)).send(V1(id=1, name="old"))
+    client.create_producer("t", schema=m.AvroSchema(V2)).send(V2(id=2, name="new", score=2.0))
+    consumer = client.subscribe("t", "s", schema=m.AvroSchema(V2), consumer_type=ConsumerType.Shared,
+                                initial_position=EARLIEST, retry_enable=True,
+                                dead_letter_policy=ConsumerDeadLetterPolicy(max_redeliver_count=1),
+                                negative_ack_redelivery_delay_ms=0)
+    old, new = consumer.receive(WAIT_MS), consumer.receive(WAIT_MS)
+    assert (old.value(), new.value()) == (V2(id=1, name="old", score=0.5), V2(id=2, name="new", score=2.0))
+    consumer.reconsume_later(old, 0)  # the V1 message to the retry topic
+    consumer.negative_acknowledge(new)  # the V2 one: redelivered once, then to the dead letter topic
+    for msg in drain(consumer):  # its redelivery, and the retry copy of the V1 one
+        if msg.value().id == 2:
+            consumer.negative_acknowledge(msg)
+        else:
+            consumer.acknowledge(msg)
+    drain(consumer, ack=True)
+    consumer.close()
+    registry = client._broker.schemas
+    for letters, original, expected in ((RETRY, old, V2(id=1, name="old", score=0.5)),
+                                        (DLQ, new, V2(id=2, name="new", score=2.0))):
+        reader = client.subscribe(letters, "check", schema=m.AvroSchema(V2), initial_position=EARLIEST)
+        letter = reader.receive(WAIT_MS)
+        assert letter.value() == expected
+        written = registry.lookup(letters, letter.schema_version())
+        assert written is not None and written.same_as(registry.lookup(TOPIC, original.schema_version()))
+        reader.close()
     client.close()

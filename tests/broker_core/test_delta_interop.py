@@ -7,8 +7,6 @@ at interpreter exit (reference notes section 6), which would fail the whole pyte
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 import pytest
 from delta_probe import sorted_rows, values_digest
 from log_helpers import TOPIC_DIR, open_topic, producer_table, read_all, segment_table
+from processes import run_probe
 
 from broker_core.errors import LogCorrupted
 from broker_core.log.actions import Action, Remove
@@ -30,15 +29,7 @@ PROBE = Path(__file__).with_name("delta_probe.py")
 
 def probe(root: Path, **args: Any) -> dict[str, Any]:
     """What deltalake reads from the topic directory under ``root``."""
-    proc = subprocess.run(
-        [sys.executable, str(PROBE), json.dumps({"path": str(root / TOPIC_DIR), **args})],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_probe(PROBE, payload={"path": str(root / TOPIC_DIR), **args})
 
 
 def expected(topic: TopicLog) -> list[dict[str, Any]]:

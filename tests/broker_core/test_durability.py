@@ -25,6 +25,7 @@ import pytest
 from delta_probe import values_digest
 from log_helpers import TOPIC_DIR, open_topic, producer_table, read_all
 from moto_s3 import Root
+from processes import run_probe
 
 from broker_core.errors import ProducerFenced
 from broker_core.log.checkpoint import LOG_DIR
@@ -116,15 +117,7 @@ def _acks(lines: list[str]) -> list[tuple[int, int]]:
 
 def _probe(root: Path | str, storage_options: dict[str, str] | None = None) -> dict[str, Any]:
     args = {"path": f"{root}/{TOPIC_DIR}", "storage_options": storage_options or None}
-    proc = subprocess.run(
-        [sys.executable, str(PROBE), json.dumps(args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_probe(PROBE, payload=args)
 
 
 def _columns(table: pa.Table) -> tuple[np.ndarray, np.ndarray, list[bytes | None]]:

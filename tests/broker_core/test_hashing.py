@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker_core import hashing
 from broker_core.errors import InvalidConfiguration
 from broker_core.hashing import (
     HashingScheme,
@@ -24,6 +23,7 @@ from broker_core.hashing import (
     sticky_key_hash,
     sticky_key_hash_array,
 )
+from broker_core.hashing import columns as hashing_columns
 
 # Any code point, lone surrogates included (a Python str may hold them; Java strings can too).
 ANY_TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=40)
@@ -168,7 +168,7 @@ def test_direct_path_without_dictionary(keys: list[str | None], data: st.DataObj
     start = data.draw(st.integers(0, len(keys)))
     array = pa.array(keys, type=pa.string()).slice(start)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(hashing, "_mostly_distinct", lambda array: True)
+        patch.setattr(hashing_columns, "_mostly_distinct", lambda array: True)
         assert java_string_hash_array(array).to_pylist() == expected_java(keys[start:])
         assert murmur3_32_hash_array(array).to_pylist() == expected_murmur(keys[start:])
 
@@ -180,7 +180,7 @@ def test_large_columns_either_path(num_distinct: int) -> None:
     ]
     keys[::1000] = [None] * len(keys[::1000])
     array = pa.array(keys).slice(3)
-    assert hashing._mostly_distinct(array) == (num_distinct > 100_000)
+    assert hashing_columns._mostly_distinct(array) == (num_distinct > 100_000)
     assert java_string_hash_array(array).to_pylist() == expected_java(keys[3:])
     assert murmur3_32_hash_array(array).to_pylist() == expected_murmur(keys[3:])
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import run_python
 
 from broker_core import (
     Admin,
@@ -761,8 +760,7 @@ def test_another_process_on_the_same_root_has_a_topic_of_its_own(tmp_path: Path)
             print(reader.read_next(5000).data().decode())  # its own message, published in its process
             client.close()
         """)
-        out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
-                             check=True)
+        out = run_python("-c", child)
         assert out.stdout.split() == ["0:0:-1:-1", "from", "the", "child"]
         with pytest.raises(Timeout):
             consumer.receive(QUIET_MS)

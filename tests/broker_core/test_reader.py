@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
@@ -12,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from processes import run_python
 
 from broker_core import (
     AlreadyClosed,
@@ -26,7 +25,6 @@ from broker_core import (
 from broker_core.broker.broker import Broker
 from broker_core.clock import ManualClock
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 EPOCH_MS = 1_700_000_000_000
 
 
@@ -499,16 +497,7 @@ SEND_SCRIPT = textwrap.dedent(
 def test_a_message_from_another_process_is_read(tmp_path: Path, client: Client) -> None:
     reader = client.create_reader("t", MessageId.latest)
     assert not reader.has_message_available()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-c", SEND_SCRIPT, str(tmp_path), "t", "from the child"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_python("-c", SEND_SCRIPT, tmp_path, "t", "from the child")
     msg = reader.read_next(timeout_millis=10_000)
     assert msg.data() == b"from the child"
     assert msg.properties() == {"from": "child"}

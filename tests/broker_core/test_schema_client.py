@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from records import V1, V2
 
 from broker_core import Client, InitialPosition, MessageId
 from broker_core import schema as m
@@ -19,17 +20,6 @@ from broker_core.errors import IncompatibleSchema, PayloadTypeError, SchemaDefin
 class Level(enum.Enum):
     low = "L"
     high = "H"
-
-
-class V1(m.Record):
-    id = m.Long(required=True)
-    name = m.String()
-
-
-class V2(m.Record):
-    id = m.Long(required=True)
-    name = m.String()
-    score = m.Double(default=0.5, required=True, required_default=True)
 
 
 class V3(m.Record):

@@ -18,7 +18,6 @@ from moto_s3 import Root
 
 from broker_core.client.subscription_part import _rows_at
 from broker_core.errors import SegmentCorrupted
-from broker_core.topic import topic_log as topic_log_module
 from broker_core.topic.topic_log import TopicLog
 
 
@@ -70,22 +69,20 @@ def test_a_directory_in_place_of_a_segment_is_unreadable_not_a_raw_os_error(tmp_
         topic.read(0, 6)
 
 
-def test_the_segment_cache_charges_each_entry_once_and_stays_within_its_budget(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_segment_cache_charges_each_entry_once_and_stays_within_its_budget(tmp_path: Path) -> None:
     topic = _topic_with_segments(tmp_path, 12)
     one = topic.segment_table(topic.snapshot().segments[0])
     one_bytes = one.get_total_buffer_size()
-    monkeypatch.setattr(topic_log_module, "_SEGMENT_CACHE_BYTES", 6 * one_bytes)
     topic._cache.clear()
-    topic._cache_bytes = 0
+    topic._cache.budget_bytes = 6 * one_bytes
     for _ in range(2):  # the second pass evicts and re-reads: the running total must stay exact
         table, _ = topic.read(0, 36)
         assert table.column("sequence_id").to_pylist() == list(range(36))
-        assert topic._cache_bytes == sum(size for _, size in topic._cache.values())
-        assert all(size == t.get_total_buffer_size() for t, size in topic._cache.values())
-        assert topic._cache_bytes <= 6 * one_bytes
-        assert len(topic._cache) >= topic_log_module._SEGMENT_CACHE_ENTRIES
+        sizes = topic._cache.entry_sizes()
+        assert topic._cache.size_bytes == sum(sizes.values())
+        assert all(size == topic._cache.get(path).get_total_buffer_size() for path, size in sizes.items())
+        assert topic._cache.size_bytes <= 6 * one_bytes
+        assert len(topic._cache) >= topic._cache.always_kept
 
 
 @pytest.mark.parametrize("index", [[], [0], [2, 3, 4, 5], [0, 2], [5, 4], [1, 1, 2], list(range(9))])

@@ -3,8 +3,6 @@ listeners, other processes' writes, and the official API's shape."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -12,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import run_python
+from records import V1, V2
 
 from broker_core import AlreadyClosed, BrokerConfig, Client, StringSchema
+from broker_core import schema as m
 from broker_core.broker.broker import Broker
 from broker_core.client import table_view
 from broker_core.jobs.compaction import compact_topic
@@ -100,7 +101,7 @@ def test_another_processs_writes_are_polled_and_refresh_reads_them_at_once(tmp_p
             f"c = Client({str(tmp_path)!r})\np = c.create_producer('t')\n"
             "p.send(b'from-afar', partition_key='far')\nc.close()\n"
         )
-        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+        run_python("-c", code, timeout_s=60)
         view.refresh()
         assert view.get("far") == b"from-afar"
     finally:
@@ -123,6 +124,27 @@ def test_a_schema_decodes_values(client: Client) -> None:
     view = client.create_table_view("t", schema=StringSchema())
     assert view.get("greeting") == "hello"
     assert view.items() == [("greeting", "hello")]
+
+
+def test_values_are_resolved_from_the_schema_version_they_were_written_with(
+    tmp_path: Path, client: Client
+) -> None:
+    """A value written as V1 reads as V2 (its default filled in), in the compacted part, in the log,
+    and in what listeners hear, after the topic's schema evolved to V2."""
+    client.create_producer("evolving", schema=m.AvroSchema(V1)).send(V1(id=1, name="a"), partition_key="a")
+    compact_topic(Broker.for_url(str(tmp_path)), "evolving")
+    client.create_producer("evolving", schema=m.AvroSchema(V1)).send(V1(id=2, name="b"), partition_key="b")
+    v2 = client.create_producer("evolving", schema=m.AvroSchema(V2))
+    v2.send(V2(id=3, name="c", score=3.0), partition_key="c")
+    view = client.create_table_view("evolving", schema=m.AvroSchema(V2))
+    heard: dict[str, Any] = {}
+    view.listen(heard.__setitem__)
+    assert dict(view.items()) == {"a": V2(id=1, name="a", score=0.5), "b": V2(id=2, name="b", score=0.5),
+                                  "c": V2(id=3, name="c", score=3.0)}
+    client.create_producer("evolving", schema=m.AvroSchema(V1)).send(V1(id=4, name="d"), partition_key="d")
+    eventually(lambda: "d" in heard)
+    assert heard["d"] == view.get("d") == V2(id=4, name="d", score=0.5)
+    view.close()
 
 
 def test_a_partitioned_topic(tmp_path: Path, client: Client) -> None:

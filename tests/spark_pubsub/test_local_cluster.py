@@ -9,7 +9,6 @@ The job runs in a subprocess (``source_job.py cluster``) because the test sessio
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 import pyspark
 import pytest
 from moto_s3 import MotoS3
+from processes import child_env
 from source_job import make_root, names
 
 from broker_core.broker.broker import Broker
@@ -47,12 +47,7 @@ def test_end_to_end_on_a_local_cluster(spark: Any, tmp_path: Path, moto_s3: Moto
     root = make_root(tmp_path / "root")
     s3_root = moto_s3.fresh_root()
     out = tmp_path / "report.json"
-    env = dict(
-        os.environ,
-        PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable,
-        SPARK_HOME=str(spark_home),
-    )
+    env = child_env(SPARK_HOME=str(spark_home))
     log = tmp_path / "job.log"
     with open(log, "wb") as fh:
         try:

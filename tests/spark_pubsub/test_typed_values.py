@@ -19,21 +19,11 @@ from pyspark.sql.types import (
     StructField,
     StructType,
 )
+from records import V1, V2
 
 from broker_core import Client, InitialPosition
 from broker_core import schema as m
 from broker_core.broker.broker import Broker
-
-
-class V1(m.Record):
-    id = m.Long(required=True)
-    name = m.String()
-
-
-class V2(m.Record):
-    id = m.Long(required=True)
-    name = m.String()
-    score = m.Double(default=0.5, required=True, required_default=True)
 
 
 class V3(m.Record):

@@ -28,7 +28,7 @@ from broker_core.errors import (
     PulsarException,
     result_for,
 )
-from broker_core.hashing import HashingScheme
+from broker_core.hashing.keys import HashingScheme
 from broker_core.message import Message, Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName

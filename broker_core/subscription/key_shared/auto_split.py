@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from broker_core.errors import ConsumerAssignException, InvalidConfiguration
-from broker_core.hashing import range_sticky_hashes
+from broker_core.hashing.keys import range_sticky_hashes
 from broker_core.subscription.key_shared.base import (
     HASH_RANGE_SIZE,
     KeySharedConsumer,

@@ -19,7 +19,12 @@ import numpy as np
 import numpy.typing as npt
 
 from broker_core.errors import InvalidConfiguration
-from broker_core.hashing import CONSISTENT_HASH_MAX, consistent_sticky_hash, consistent_sticky_hashes, murmur3_32_hash
+from broker_core.hashing.keys import (
+    CONSISTENT_HASH_MAX,
+    consistent_sticky_hash,
+    consistent_sticky_hashes,
+    murmur3_32_hash,
+)
 from broker_core.subscription.key_shared.base import (
     KeySharedConsumer,
     KeySharedSelector,

@@ -1,19 +1,12 @@
-"""Pulsar's key hashes, bit-exact, for one key at a time and for whole Arrow columns.
+"""Pulsar's key hashes over whole Arrow columns, bit-exact with ``hashing.keys``.
 
-Partition routing and Key_Shared dispatch must agree with the official clients and broker, or a key
-lands on a different partition (or consumer) depending on which client wrote it.  Pulsar uses two
-schemes: Java's ``String.hashCode()`` and murmur3 x86 32-bit with seed 0 over the UTF-8 bytes, both
-masked to 31 bits so the result is a non-negative Java ``int``.
-
-The scalar functions are the readable reference.  The ``*_array`` functions are the hot path for
-bulk appends (millions of rows): they hash each distinct value once (keys repeat a lot) and do the
-per-value work with numpy over the Arrow offsets and data buffers, looping over byte positions
-rather than over rows.
+The hot path for bulk appends (millions of rows): each distinct value is hashed once (keys repeat a
+lot) and the per-value work runs with numpy over the Arrow offsets and data buffers, looping over
+byte positions rather than over rows.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from typing import TypeAlias
 
@@ -23,10 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker_core.errors import InvalidConfiguration
-
-_UINT32_MASK = 0xFFFFFFFF
-_INT31_MASK = 0x7FFFFFFF
-_NONE_KEY = b"NONE_KEY"  # the broker's sticky key for messages with neither ordering key nor key
+from broker_core.hashing.keys import INT31_MASK, NONE_KEY, HashingScheme
 
 # murmur3 x86 32-bit constants.
 _C1 = np.uint32(0xCC9E2D51)
@@ -43,120 +33,6 @@ _DISTINCT_SAMPLE_ROWS = 16384
 
 ArrayLike: TypeAlias = "pa.Array | pa.ChunkedArray"
 _DistinctHasher: TypeAlias = Callable[[pa.Array], np.ndarray]
-
-
-class HashingScheme(enum.IntEnum):
-    """The key hash a producer routes with; values follow the Java client's ``HashingScheme``."""
-
-    JavaStringHash = 0
-    Murmur3_32Hash = 1
-
-    @classmethod
-    def coerce(cls, scheme: HashingScheme | int | str) -> HashingScheme:
-        """The scheme named by a member, its value or its name; anything else is a config error."""
-        try:
-            return cls[scheme] if isinstance(scheme, str) else cls(scheme)
-        except (KeyError, ValueError):
-            raise InvalidConfiguration(
-                f"unknown hashing scheme {scheme!r}; use one of {[s.name for s in cls]}"
-            ) from None
-
-
-# --- scalar reference implementations --------------------------------------------------------------
-
-
-def _utf8(key: str) -> bytes:
-    """UTF-8 bytes of ``key`` as Java's ``getBytes(UTF_8)`` would produce them.
-
-    A Python str can hold surrogates that Java would see as code units; pair them up first, then
-    let any lone surrogate become ``?`` exactly as Java's encoder does.
-    """
-    try:
-        return key.encode("utf-8")
-    except UnicodeEncodeError:
-        paired = key.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
-        return paired.encode("utf-8", "replace")
-
-
-def _as_bytes(data: str | bytes | bytearray | memoryview, what: str) -> bytes:
-    if isinstance(data, str):
-        return _utf8(data)
-    if isinstance(data, bytes | bytearray | memoryview):
-        return bytes(data)
-    raise InvalidConfiguration(f"{what} must be str or bytes, got {type(data).__name__} {data!r}")
-
-
-def java_string_hash(key: str) -> int:
-    """Java ``String.hashCode()`` of ``key`` masked to 31 bits (Pulsar's ``JavaStringHash``).
-
-    Java hashes UTF-16 code units, so a character outside the BMP contributes its two surrogates.
-    """
-    if not isinstance(key, str):
-        raise InvalidConfiguration(f"java_string_hash needs a str, got {type(key).__name__} {key!r}")
-    result = 0
-    for char in key:
-        code_point = ord(char)
-        if code_point > 0xFFFF:
-            offset = code_point - 0x10000
-            result = (result * 31 + (0xD800 + (offset >> 10))) & _UINT32_MASK
-            result = (result * 31 + (0xDC00 + (offset & 0x3FF))) & _UINT32_MASK
-        else:
-            result = (result * 31 + code_point) & _UINT32_MASK
-    return result & _INT31_MASK
-
-
-def murmur3_32_unsigned(data: str | bytes) -> int:
-    """Unmasked murmur3 x86 32-bit (seed 0) of ``data`` (a str is hashed as its UTF-8 bytes)."""
-    return int(mmh3.hash(_as_bytes(data, "murmur3 input"), 0, signed=False))
-
-
-def murmur3_32_hash(key: str | bytes) -> int:
-    """Pulsar's ``Murmur3_32Hash``: murmur3 x86 32-bit, seed 0, masked to 31 bits."""
-    return murmur3_32_unsigned(key) & _INT31_MASK
-
-
-def sticky_key_hash(ordering_key: bytes | str | None, key: str | None) -> int:
-    """The 31-bit murmur3 of one message's sticky key (what the ``sticky_key_hash`` column stores).
-
-    The broker hashes the ordering key when the message has one, else the (partition) key, else the
-    fixed bytes ``NONE_KEY``.  Empty values count as absent, because the Python client (like the
-    official ``pulsar-client``) never sets an empty key or ordering key on a message (DECISIONS).
-    Each Key_Shared selector reduces this value to its own range: ``consistent_sticky_hash`` or
-    ``range_sticky_hash``.
-    """
-    if ordering_key:
-        return murmur3_32_hash(_as_bytes(ordering_key, "ordering_key"))
-    if key:
-        return murmur3_32_hash(_as_bytes(key, "key"))
-    return murmur3_32_hash(_NONE_KEY)
-
-
-# Pulsar 4.x reduces the 31-bit murmur of the sticky key to the selector's hash range.
-CONSISTENT_HASH_MAX = 65535
-"""Consistent hashing's sticky hashes (and ring points) are ``1 .. 65535``."""
-RANGE_HASH_SLOTS = 65536
-"""The hash-range selectors' sticky hashes are ``h % 65536`` with 0 moved to 1, so ``1 .. 65535``."""
-
-
-def consistent_sticky_hash(murmur31: int) -> int:
-    """The consistent-hashing selector's sticky hash of a 31-bit murmur: ``h % 65535 + 1``."""
-    return (int(murmur31) & _INT31_MASK) % CONSISTENT_HASH_MAX + 1
-
-
-def range_sticky_hash(murmur31: int) -> int:
-    """The auto-split and sticky selectors' sticky hash of a 31-bit murmur: ``h % 65536``, 0 -> 1."""
-    return (int(murmur31) & _INT31_MASK) % RANGE_HASH_SLOTS or 1
-
-
-def consistent_sticky_hashes(murmur31: np.ndarray) -> np.ndarray:
-    """``consistent_sticky_hash`` of a whole int array (any 32-bit representation), as int64."""
-    return (np.asarray(murmur31).astype(np.int64) & _INT31_MASK) % CONSISTENT_HASH_MAX + 1
-
-
-def range_sticky_hashes(murmur31: np.ndarray) -> np.ndarray:
-    """``range_sticky_hash`` of a whole int array (any 32-bit representation), as int64."""
-    slots = (np.asarray(murmur31).astype(np.int64) & _INT31_MASK) % RANGE_HASH_SLOTS
-    return np.where(slots == 0, 1, slots)
 
 
 # --- Arrow plumbing ---------------------------------------------------------------------------------
@@ -298,7 +174,7 @@ def _java_distinct(values: pa.Array) -> np.ndarray:
 
 def _masked_int32(hashes: np.ndarray, values: pa.Array) -> pa.Array:
     """31-bit hashes as an int32 Arrow array carrying the nulls of ``values``."""
-    masked = (hashes & np.uint32(_INT31_MASK)).view(np.int32)
+    masked = (hashes & np.uint32(INT31_MASK)).view(np.int32)
     if values.null_count == 0:
         return pa.array(masked, type=pa.int32())
     return pa.array(masked, type=pa.int32(), mask=values.is_null().to_numpy(zero_copy_only=False))
@@ -407,7 +283,7 @@ def sticky_key_hash_array(ordering_keys: ArrayLike | None, keys: ArrayLike | Non
         raise InvalidConfiguration(
             f"ordering_keys has {len(ordering)} rows but keys has {len(partition_keys)}; they must match"
         )
-    chosen: pa.Array | pa.Scalar = pa.scalar(_NONE_KEY, type=pa.large_binary())
+    chosen: pa.Array | pa.Scalar = pa.scalar(NONE_KEY, type=pa.large_binary())
     for column in (partition_keys, ordering):  # later columns win, so the ordering key goes last
         if column is not None:
             present = pc.fill_null(pc.greater(pc.binary_length(column), 0), False)
@@ -420,22 +296,3 @@ def hash_keys(keys: ArrayLike, scheme: HashingScheme | int | str) -> pa.Array:
     if HashingScheme.coerce(scheme) is HashingScheme.JavaStringHash:
         return java_string_hash_array(keys)
     return murmur3_32_hash_array(keys)
-
-
-__all__ = [
-    "CONSISTENT_HASH_MAX",
-    "RANGE_HASH_SLOTS",
-    "HashingScheme",
-    "consistent_sticky_hash",
-    "consistent_sticky_hashes",
-    "hash_keys",
-    "java_string_hash",
-    "java_string_hash_array",
-    "murmur3_32_hash",
-    "murmur3_32_hash_array",
-    "murmur3_32_unsigned",
-    "range_sticky_hash",
-    "range_sticky_hashes",
-    "sticky_key_hash",
-    "sticky_key_hash_array",
-]

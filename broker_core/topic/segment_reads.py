@@ -1,0 +1,76 @@
+"""Reading a topic's messages by offset range or publish time from a snapshot's segments.
+
+Pure functions of a ``Snapshot`` and a way to get a segment's decoded rows (``TopicLog.segment_table``,
+which caches), so the range logic is one place and is tested without storage.  Removed ranges
+(retention) are simply absent from what a read returns; callers detect data loss by comparing with
+the snapshot's ``first_offset``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from broker_core.errors import SegmentCorrupted
+from broker_core.log.segment import SEGMENT_SCHEMA
+from broker_core.log.segment_ref import SegmentRef
+from broker_core.log.snapshot import Snapshot
+
+SegmentRows = Callable[[SegmentRef], pa.Table]
+
+
+def read_range(snap: Snapshot, start: int, end: int, segment_table: SegmentRows, *,
+               partial: bool, spanned: Callable[[int, int], None] | None = None,
+               ) -> tuple[pa.Table, np.ndarray, int]:
+    """The live rows with offsets in [start, end), their offsets, and where reading stopped.
+
+    With ``partial``, a damaged segment after some readable rows ends the read early (``stop`` is its
+    base offset, where the next read starts and reports the damage); otherwise, and for a read that
+    starts at a damaged segment, ``SegmentCorrupted`` propagates.  ``spanned`` is told the index of
+    the first segment after the read and how many segments it read (``TopicLog``'s readahead).
+    """
+    stop = end
+    end = min(end, snap.next_offset)
+    pieces: list[pa.Table] = []
+    offsets: list[np.ndarray] = []
+    i = snap.segment_index_for(start)
+    while start < end and i < len(snap.segments):
+        seg = snap.segments[i]
+        if seg.base_offset >= end:
+            break
+        lo = max(start, seg.base_offset) - seg.base_offset
+        hi = min(end, seg.end_offset) - seg.base_offset
+        try:
+            whole = segment_table(seg)
+        except SegmentCorrupted:
+            if not (partial and pieces):
+                raise
+            stop = seg.base_offset
+            break
+        pieces.append(whole if lo == 0 and hi == whole.num_rows else whole.slice(lo, hi - lo))
+        offsets.append(np.arange(seg.base_offset + lo, seg.base_offset + hi, dtype=np.int64))
+        i += 1
+    if spanned is not None:
+        spanned(i, len(pieces))
+    if not pieces:
+        return SEGMENT_SCHEMA.empty_table(), np.empty(0, dtype=np.int64), stop
+    table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+    return table, np.concatenate(offsets), stop
+
+
+def offset_for_publish_time(snap: Snapshot, publish_time_ms: int, segment_table: SegmentRows) -> int:
+    """The first live offset whose publish time is at or after ``publish_time_ms`` (inclusive); the
+    snapshot's next offset if there is none.  Segments ending earlier are skipped by their stats."""
+    for seg in snap.segments:
+        if seg.max_publish_ms < publish_time_ms:
+            continue
+        times = segment_table(seg).column("publish_time").cast(pa.int64()).to_numpy()
+        hits = np.nonzero(times >= publish_time_ms * 1000)[0]
+        if len(hits):
+            return seg.base_offset + int(hits[0])
+    return snap.next_offset
+
+
+__all__ = ["SegmentRows", "offset_for_publish_time", "read_range"]
