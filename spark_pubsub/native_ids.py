@@ -4,11 +4,15 @@ Spark's Parquet reader gives every row ``_metadata.file_name`` and ``_metadata.r
 planned snapshot (``native_plan``) gives each file's base offset and the runs that turn an offset
 into an entry id and batch index.  The lookups are exact and cost a few comparisons per row:
 
-* file -> base offset: a balanced binary search over the sorted file names, written as nested
-  ``CASE WHEN file < pivot`` with literal leaves (no join, no broadcast, no hashing), for up to
-  ``FILE_SEARCH_LIMIT`` files per scan; above that, a broadcast hash join on the file name (Spark's
-  own hash table: the same cost per row at any size, plus one small table per scan).  Spark reads
-  only the files it is given, so every row's file is a planned file and the search lands on it.
+* file -> base offset: a balanced binary search over the planned files' ``xxhash64(file_name)``
+  (computed on the driver by ``spark_pubsub.xxhash64``), written as nested ``CASE WHEN hash < pivot``
+  with literal leaves (no join, no broadcast), for up to ``FILE_SEARCH_LIMIT`` files per scan; each
+  leaf checks its hash, so a file that is not in the plan fails the query rather than borrow a
+  base offset (Spark reads only the files it is given, so this never fires).  Hashing the name once
+  and comparing longs costs less than comparing the names (measured: about a fifth of the scan's
+  CPU against a few percent).  Above the limit, or if two planned names share a hash, a broadcast
+  hash join on the file name (Spark's own hash table: the same cost per row at any size, plus one
+  small table per scan).
 * offset -> (entry id, batch index): a binary search over the runs in the same way for up to
   ``RUN_SEARCH_LIMIT`` runs (a topic of single entries or of equal batches is one run: plain
   arithmetic), else a broadcast join on the offset bucket (``native_plan.run_table``).
@@ -28,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from spark_pubsub.native_plan import OffsetRun, SegmentRead, offset_runs, run_table
+from spark_pubsub.xxhash64 import spark_xxhash64
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -99,10 +104,16 @@ def positions(spark: Any, F: Any, rows: DataFrame, reads: tuple[SegmentRead, ...
 
 def _with_offsets(spark: Any, F: Any, rows: DataFrame, reads: tuple[SegmentRead, ...]) -> DataFrame:
     """``rows`` with ``OFFSET = base_offset(file) + row index``."""
+    by_hash = sorted((spark_xxhash64(r.segment.path), r.segment.base_offset) for r in reads)
+    if len(by_hash) <= FILE_SEARCH_LIMIT and len({h for h, _ in by_hash}) == len(by_hash):
+        key = F.xxhash64(F.col(FILE))
+        # each leaf checks its hash (one long comparison): a file that is not in the plan fails the
+        # query, naming the file, instead of taking a neighbour's base offset
+        stray = F.raise_error(F.concat(F.lit("spark_pubsub: Spark read a file that is not in the planned "
+                                             "snapshot: "), F.col(FILE)))
+        leaves = [F.when(key == F.lit(h), F.lit(b)).otherwise(stray) for h, b in by_hash]
+        return rows.withColumn(OFFSET, search(F, key, [h for h, _ in by_hash], leaves) + F.col(ROW))
     by_name = sorted((r.segment.path, r.segment.base_offset) for r in reads)
-    if len(by_name) <= FILE_SEARCH_LIMIT:
-        base = search(F, F.col(FILE), [n for n, _ in by_name], [F.lit(b) for _, b in by_name])
-        return rows.withColumn(OFFSET, base + F.col(ROW))
     files = spark.createDataFrame(pa.table({"_pubsub_name": [n for n, _ in by_name],
                                             "_pubsub_base": pa.array([b for _, b in by_name], pa.int64())}))
     joined = rows.join(files.hint("broadcast"), F.col(FILE) == F.col("_pubsub_name"))

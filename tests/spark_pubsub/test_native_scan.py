@@ -142,6 +142,58 @@ def test_only_the_snapshot_files_are_read_and_unused_positions_are_pruned(spark:
     assert_same(spark, root, topic="files")
 
 
+def test_the_driver_computes_sparks_own_xxhash64(spark: Any) -> None:
+    import random
+    import string
+
+    from spark_pubsub.xxhash64 import spark_xxhash64, xxh64
+
+    rng = random.Random(7)
+    words = ["", "part-" + "0" * 32 + ".parquet", "part-" + "f" * 32 + ".zstd.parquet", "é✓ü"]
+    words += ["".join(rng.choice(string.printable) for _ in range(n)) for n in range(1, 90)]  # every tail length
+    from pyspark.sql import functions as F
+
+    got = dict(spark.createDataFrame([(w,) for w in words], "w string").select("w", F.xxhash64("w")).collect())
+    assert {w: spark_xxhash64(w) for w in words} == got
+    assert xxh64(b"", 0) == 0xEF46DB3751D8E999  # the algorithm's published digest of no input
+
+
+def test_a_hash_collision_between_planned_files_takes_the_exact_join(spark: Any, tmp_path: Path,
+                                                                     monkeypatch: Any) -> None:
+    from spark_pubsub import native_ids
+
+    root = make_root(tmp_path / "root")
+    client = Client(root)
+    try:
+        for i in range(3):
+            _send(client, "collide", 10, f"c{i}-", batching_enabled=i == 1, batching_max_messages=3)
+    finally:
+        client.close()
+    monkeypatch.setattr(native_ids, "spark_xxhash64", lambda name: 1)  # the three names "collide"
+    assert assert_same(spark, root, topic="collide") == 30
+
+
+def test_a_row_from_a_file_outside_the_plan_fails_the_query(spark: Any, root: str) -> None:
+    """Defence in depth: were Spark to hand back a row of a file the plan does not name, the search's
+    leaf check fails the query naming that file rather than give it a neighbour's offsets."""
+    import dataclasses
+
+    from pyspark.sql import functions as F
+
+    from spark_pubsub.native_ids import positions
+    from spark_pubsub.native_scan import plan_read, root_uri, segment_rows
+    from spark_pubsub.options import SourceOptions, parse_options
+
+    plan = plan_read(parse_options(SourceOptions, {"path": root, "topic": "small"}))[0]
+    rows = segment_rows(spark, spark_url(root_uri(root)), plan, ("value",))
+    other = tuple(dataclasses.replace(r, segment=dataclasses.replace(r.segment, path=f"part-{i:032x}.parquet"))
+                  for i, r in enumerate(plan.segments))
+    pos = positions(spark, F, rows, other)
+    with pytest.raises(Exception, match=r"not in the planned snapshot: part-[0-9a-f]{32}\.") as failure:
+        pos.frame.select(pos.offset).collect()
+    assert any(r.segment.path in str(failure.value) for r in plan.segments)
+
+
 def test_offsets_timestamps_and_patterns_match(spark: Any, root: str) -> None:
     first = "persistent://public/default/shapes-partition-1"
     assert_same(spark, root, topic="shapes", startingOffsets=f'{{"{first}": 5}}',
