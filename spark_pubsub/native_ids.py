@@ -107,12 +107,13 @@ def _with_offsets(spark: Any, F: Any, rows: DataFrame, reads: tuple[SegmentRead,
     by_hash = sorted((spark_xxhash64(r.segment.path), r.segment.base_offset) for r in reads)
     if len(by_hash) <= FILE_SEARCH_LIMIT and len({h for h, _ in by_hash}) == len(by_hash):
         key = F.xxhash64(F.col(FILE))
-        # each leaf checks its hash (one long comparison): a file that is not in the plan fails the
-        # query, naming the file, instead of taking a neighbour's base offset
+        # each leaf checks its hash (one long comparison; null if it differs): a file that is not in
+        # the plan fails the query, naming the file, instead of taking a neighbour's base offset
+        leaves = [F.when(key == F.lit(h), F.lit(b)) for h, b in by_hash]
         stray = F.raise_error(F.concat(F.lit("spark_pubsub: Spark read a file that is not in the planned "
                                              "snapshot: "), F.col(FILE)))
-        leaves = [F.when(key == F.lit(h), F.lit(b)).otherwise(stray) for h, b in by_hash]
-        return rows.withColumn(OFFSET, search(F, key, [h for h, _ in by_hash], leaves) + F.col(ROW))
+        base = F.coalesce(search(F, key, [h for h, _ in by_hash], leaves), stray.cast("long"))
+        return rows.withColumn(OFFSET, base + F.col(ROW))
     by_name = sorted((r.segment.path, r.segment.base_offset) for r in reads)
     files = spark.createDataFrame(pa.table({"_pubsub_name": [n for n, _ in by_name],
                                             "_pubsub_base": pa.array([b for _, b in by_name], pa.int64())}))

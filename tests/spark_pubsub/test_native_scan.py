@@ -142,6 +142,39 @@ def test_only_the_snapshot_files_are_read_and_unused_positions_are_pruned(spark:
     assert_same(spark, root, topic="files")
 
 
+def test_searches_at_their_limits_compile_to_java(spark: Any, tmp_path: Path) -> None:
+    """A scan of ``FILE_SEARCH_LIMIT`` files and nearly ``RUN_SEARCH_LIMIT`` runs keeps Spark's generated
+    code (no fallback to interpreted evaluation, which Spark would otherwise take silently)."""
+    from spark_pubsub.native_ids import FILE_SEARCH_LIMIT, RUN_SEARCH_LIMIT
+    from spark_pubsub.native_plan import offset_runs
+
+    root = make_root(tmp_path / "root")
+    client = Client(root)
+    batched = client.create_producer("wide", batching_enabled=True, batching_max_messages=2)
+    single = client.create_producer("wide")
+    try:
+        for i in range(FILE_SEARCH_LIMIT):  # one commit, one segment each; batched and single ones alternate
+            producer = batched if i < RUN_SEARCH_LIMIT and i % 2 == 0 else single
+            for j in range(2):
+                producer.send_async(f"w{i}-{j}".encode(), None)
+            producer.flush()
+    finally:
+        batched.close()
+        single.close()
+        client.close()
+    broker = Broker.for_url(root)
+    log = broker.topic_log(broker.partitions("wide")[0])
+    plan = plan_topic_read(log, topic="wide", partition=-1, start=0, end=10**9, read_compacted=False,
+                           fail_on_data_loss=True)
+    assert len(plan.segments) == FILE_SEARCH_LIMIT
+    assert RUN_SEARCH_LIMIT - 4 <= len(offset_runs(plan.segments)) <= RUN_SEARCH_LIMIT
+    spark.conf.set("spark.sql.codegen.fallback", "false")
+    try:
+        assert assert_same(spark, root, topic="wide") == 2 * FILE_SEARCH_LIMIT
+    finally:
+        spark.conf.unset("spark.sql.codegen.fallback")
+
+
 def test_the_driver_computes_sparks_own_xxhash64(spark: Any) -> None:
     import random
     import string
