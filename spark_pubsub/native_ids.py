@@ -47,6 +47,7 @@ FILE = "_pubsub_file"
 ROW = "_pubsub_row"
 OFFSET = "_pubsub_offset"
 _RUN = "_pubsub_run_"  # prefix of the run table's columns once joined
+_STRAY = "spark_pubsub: Spark read a file that is not in the planned snapshot: "
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,21 @@ class Positions:
     single_entries: bool
 
 
-def search(F: Any, key: Column, pivots: Sequence[Any], leaves: Sequence[Column]) -> Column:
-    """``leaves[i]`` where ``pivots[i] <= key < pivots[i + 1]`` (``leaves[0]`` also below ``pivots[0]``):
-    a balanced binary search, ``ceil(log2(len(leaves)))`` comparisons per row."""
+def search(key: str, pivots: Sequence[int], leaves: Sequence[str]) -> str:
+    """SQL for ``leaves[i]`` where ``pivots[i] <= key < pivots[i + 1]`` (``leaves[0]`` also below
+    ``pivots[0]``): a balanced binary search, ``ceil(log2(len(leaves)))`` comparisons per row.  Built
+    as text and parsed once by Spark (``F.expr``): one call to the JVM however large the search,
+    where building it column by column costs one call per node."""
     if len(leaves) == 1:
         return leaves[0]
     mid = len(leaves) // 2
-    return F.when(key < F.lit(pivots[mid]), search(F, key, pivots[:mid], leaves[:mid])).otherwise(
-        search(F, key, pivots[mid:], leaves[mid:]))
+    return (f"CASE WHEN {key} < {_long(pivots[mid])} THEN {search(key, pivots[:mid], leaves[:mid])} "
+            f"ELSE {search(key, pivots[mid:], leaves[mid:])} END")
+
+
+def _long(value: int) -> str:
+    """A SQL bigint literal (the smallest long has no positive counterpart to negate)."""
+    return "(-9223372036854775807L - 1L)" if value == -(1 << 63) else f"{value}L"
 
 
 def positions(spark: Any, F: Any, rows: DataFrame, reads: tuple[SegmentRead, ...]) -> Positions:
@@ -86,8 +94,8 @@ def positions(spark: Any, F: Any, rows: DataFrame, reads: tuple[SegmentRead, ...
     single = all(r.size < 0 for r in runs)
     if len(runs) <= RUN_SEARCH_LIMIT:
         pivots = [r.lo for r in runs]
-        entry = search(F, offset, pivots, [_entry_of(F, r) for r in runs])
-        batch = F.lit(-1) if single else search(F, offset, pivots, [_batch_of(F, r) for r in runs])
+        entry = F.expr(search(OFFSET, pivots, [_entry_of(r) for r in runs]))
+        batch = F.lit(-1) if single else F.expr(search(OFFSET, pivots, [_batch_of(r) for r in runs]))
         return Positions(frame, offset, entry, batch, single)
     table, shift = run_table(runs)
     ids = spark.createDataFrame(table)
@@ -106,14 +114,13 @@ def _with_offsets(spark: Any, F: Any, rows: DataFrame, reads: tuple[SegmentRead,
     """``rows`` with ``OFFSET = base_offset(file) + row index``."""
     by_hash = sorted((spark_xxhash64(r.segment.path), r.segment.base_offset) for r in reads)
     if len(by_hash) <= FILE_SEARCH_LIMIT and len({h for h, _ in by_hash}) == len(by_hash):
-        key = F.xxhash64(F.col(FILE))
+        key = f"xxhash64({FILE})"
         # each leaf checks its hash (one long comparison; null if it differs): a file that is not in
         # the plan fails the query, naming the file, instead of taking a neighbour's base offset
-        leaves = [F.when(key == F.lit(h), F.lit(b)) for h, b in by_hash]
-        stray = F.raise_error(F.concat(F.lit("spark_pubsub: Spark read a file that is not in the planned "
-                                             "snapshot: "), F.col(FILE)))
-        base = F.coalesce(search(F, key, [h for h, _ in by_hash], leaves), stray.cast("long"))
-        return rows.withColumn(OFFSET, base + F.col(ROW))
+        leaves = [f"CASE WHEN {key} = {_long(h)} THEN {_long(b)} END" for h, b in by_hash]
+        stray = f"CAST(raise_error(concat('{_STRAY}', {FILE})) AS BIGINT)"
+        base = f"coalesce({search(key, [h for h, _ in by_hash], leaves)}, {stray})"
+        return rows.withColumn(OFFSET, F.expr(f"{base} + {ROW}"))
     by_name = sorted((r.segment.path, r.segment.base_offset) for r in reads)
     files = spark.createDataFrame(pa.table({"_pubsub_name": [n for n, _ in by_name],
                                             "_pubsub_base": pa.array([b for _, b in by_name], pa.int64())}))
@@ -121,16 +128,16 @@ def _with_offsets(spark: Any, F: Any, rows: DataFrame, reads: tuple[SegmentRead,
     return joined.withColumn(OFFSET, F.col("_pubsub_base") + F.col(ROW))
 
 
-def _entry_of(F: Any, run: OffsetRun) -> Column:
+def _entry_of(run: OffsetRun) -> str:
     if run.size < 0:
-        return F.col(OFFSET) + F.lit(run.entry_base - run.start)
-    return F.lit(run.entry_base) + F.expr(f"({OFFSET} - {run.start}) div {run.size}")
+        return f"{OFFSET} + {_long(run.entry_base - run.start)}"
+    return f"{_long(run.entry_base)} + ({OFFSET} - {_long(run.start)}) div {_long(run.size)}"
 
 
-def _batch_of(F: Any, run: OffsetRun) -> Column:
+def _batch_of(run: OffsetRun) -> str:
     if run.size < 0:
-        return F.lit(-1)
-    return F.expr(f"({OFFSET} - {run.start}) % {run.size}")
+        return "-1L"
+    return f"({OFFSET} - {_long(run.start)}) % {_long(run.size)}"
 
 
 __all__ = ["FILE", "FILE_SEARCH_LIMIT", "OFFSET", "ROW", "RUN_SEARCH_LIMIT", "Positions", "positions", "search"]
