@@ -25,7 +25,8 @@ b. write: the plain Parquet copy read by Spark's file source (streaming) and wri
 c. parallelism: a 1-partition topic read with ``minPartitions=8`` vs ``minPartitions=1``;
 d. batch reads (``spark.read``) into ``noop``: the native scan ``spark_pubsub.read_topic`` (planning
    included) and ``spark.read.format("pubsub")`` vs ``spark.read.parquet`` over the very segment
-   files (goal for the native scan: <= 1.3x).
+   files (goal for the native scan: <= 1.3x).  ``benchmarks/bench_native_scan.py`` measures the same
+   round-robin, with the native scan's floor and its join paths as reference rows.
 
 Reference rows (no goal): the floor of the Python Data Source API itself, a streaming source defined
 here that reads no storage at all and yields one pre-built record batch of the pubsub source's

@@ -1,23 +1,25 @@
-"""The driver side of the native scan: which files, which rows, and the tables that give them ids.
+"""The driver side of the native scan: which files, which rows, and the runs that give them ids.
 
 A native read hands Spark's own Parquet reader the segment files of one snapshot per internal
 topic; each row's offset and message id then follow from its file and its row index alone (the
 log's ``add.tags`` carry every segment's base offset, base entry id and entry layout).  This module
-turns a snapshot into plain values: per internal topic the files to read, and one *id table* row
-per (file, row bucket, layout run) that Spark joins on ``(_metadata.file_name, row_index >> shift)``.
+turns a snapshot into plain values: per internal topic the files to read with their base offsets
+(``offset = base_offset(file) + row_index``), and the *runs* that map an offset to its message id.
 
-Why runs and buckets: a layout is a list of entries (``n > 0``: a batch of n messages; ``-k``: k
-single-message entries), possibly one per entry.  Consecutive entries of the same shape form a
-*run*, in which ``entry = entry_base + (row - run_start) div size`` and ``batch = (row - run_start)
-mod size`` (``size = -1``: singles, ``entry = entry_base + row - run_start``, batch ``-1``).  A row
-finds its run by an equi-join on its bucket (a fixed power-of-two slice of row indexes, chosen so
-the table stays small) plus a range check, so no Python runs per row and a file with one run costs
-one hash lookup per row.  Rows outside the read's offset range match no run and drop out of the join.
+Why runs: a layout is a list of entries (``n > 0``: a batch of n messages; ``-k``: k single-message
+entries), possibly one per entry.  Consecutive entries of the same shape form a *run*, anchored at
+offset ``start`` with entry id ``entry_base``, in which ``entry = entry_base + (offset - start) div
+size`` and ``batch = (offset - start) mod size`` (``size = -1``: singles, ``entry = entry_base +
+offset - start``, batch ``-1``).  Offsets and entry ids are dense across segments, so runs merge over
+segment boundaries: a topic of single entries, or of equal batches, is one run.  Few runs become a
+Spark expression; many become a small table joined on an offset *bucket* (a power-of-two slice of
+offsets, chosen so the table stays small) plus a range check (``run_table``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -28,19 +30,28 @@ from broker_core.log.snapshot import Snapshot
 from broker_core.topic.compacted_view import CompactedTopic
 from broker_core.topic.topic_log import TopicLog
 
-ID_TABLE_SCHEMA = pa.schema([
-    pa.field("file_name", pa.string(), nullable=False),
-    pa.field("bucket", pa.int64(), nullable=False),
-    pa.field("row_lo", pa.int64(), nullable=False),  # rows [row_lo, row_hi) of the file are read
-    pa.field("row_hi", pa.int64(), nullable=False),
-    pa.field("run_start", pa.int64(), nullable=False),  # the run's first row (for div/mod)
-    pa.field("entry_base", pa.int64(), nullable=False),  # entry id of the run's first row
+RUN_TABLE_SCHEMA = pa.schema([
+    pa.field("bucket", pa.int64(), nullable=False),  # offset >> shift
+    pa.field("lo", pa.int64(), nullable=False),  # offsets [lo, hi) of the run fall in this bucket
+    pa.field("hi", pa.int64(), nullable=False),
+    pa.field("start", pa.int64(), nullable=False),  # the offset the run's formula counts from
+    pa.field("entry_base", pa.int64(), nullable=False),  # entry id at run_start
     pa.field("size", pa.int64(), nullable=False),  # messages per entry in the run; -1 = single entries
-    pa.field("base_offset", pa.int64(), nullable=False),
 ])
-"""Columns of the broadcast table that maps a segment row to its offset and message id."""
+"""Columns of the broadcast table that maps an offset to its run, for topics with many runs."""
 
 _MIN_BUCKETS = 4096  # a bucket table this small is free to broadcast, whatever the layout
+
+
+class OffsetRun(NamedTuple):
+    """Read offsets ``[lo, hi)`` whose ids follow one formula, anchored at offset ``start`` (entry
+    ``entry_base``; see the module docstring).  ``start <= lo``: a read may begin inside a run."""
+
+    lo: int
+    hi: int
+    start: int
+    entry_base: int
+    size: int  # messages per entry; -1 = single entries
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,42 +137,56 @@ def layout_runs(seg: SegmentRef) -> list[tuple[int, int, int, int]]:
     return [(a, b, e, s) for a, b, e, s in runs]
 
 
-def bucket_shift(reads: list[SegmentRead], runs: list[list[tuple[int, int, int, int]]]) -> int:
-    """The bucket width (a power of two, as a shift) for one scan: the smallest width that keeps the
-    table at most about twice the number of runs (or ``_MIN_BUCKETS``), so a row meets ~1-2 runs."""
-    rows = sum(r.row_hi - r.row_lo for r in reads)
-    budget = max(_MIN_BUCKETS, sum(len(r) for r in runs))
-    shift = 0
-    while (rows >> shift) > budget:
-        shift += 1
-    return shift
-
-
-def id_table(reads: tuple[SegmentRead, ...]) -> tuple[pa.Table, int]:
-    """The id table of a topic's segment reads, and its bucket shift."""
-    runs = [layout_runs(r.segment) for r in reads]
-    shift = bucket_shift(list(reads), runs)
-    names: list[str] = []
-    cols: list[list[int]] = [[] for _ in range(6)]
-    for read, seg_runs in zip(reads, runs, strict=True):
-        for a, b, entry, size in seg_runs:
+def offset_runs(reads: tuple[SegmentRead, ...]) -> list[OffsetRun]:
+    """The runs of the read rows in the offset space, clipped to the read and merged across segment
+    boundaries wherever the arithmetic carries on (a topic of single entries, or of equal batches, is
+    one run however many segments it has)."""
+    runs: list[OffsetRun] = []
+    for read in reads:
+        seg = read.segment
+        for a, b, entry, size in layout_runs(seg):
             lo, hi = max(a, read.row_lo), min(b, read.row_hi)
             if hi <= lo:
                 continue
-            names.append(read.segment.path)
-            for col, value in zip(cols, (lo, hi, a, entry, size, read.segment.base_offset), strict=True):
-                col.append(value)
-    lo_a, hi_a = np.asarray(cols[0], dtype=np.int64), np.asarray(cols[1], dtype=np.int64)
+            run = OffsetRun(seg.base_offset + lo, seg.base_offset + hi, seg.base_offset + a, entry, size)
+            if runs and _continues(runs[-1], run):
+                runs[-1] = runs[-1]._replace(hi=run.hi)
+            else:
+                runs.append(run)
+    return runs
+
+
+def _continues(prev: OffsetRun, run: OffsetRun) -> bool:
+    """Whether ``run`` is ``prev``'s formula carried on: adjacent, same shape, same entry counting."""
+    if prev.hi != run.lo or prev.size != run.size:
+        return False
+    step = run.start - prev.start
+    if run.size < 0:
+        return prev.entry_base + step == run.entry_base
+    return step % run.size == 0 and prev.entry_base + step // run.size == run.entry_base
+
+
+def run_table(runs: list[OffsetRun]) -> tuple[pa.Table, int]:
+    """The bucketed run table of a topic's runs (``RUN_TABLE_SCHEMA``), and its bucket shift: the
+    smallest power-of-two width that keeps the table at most about twice the number of runs (or
+    ``_MIN_BUCKETS``), so an offset meets one or two runs."""
+    if not runs:
+        return RUN_TABLE_SCHEMA.empty_table(), 0
+    span = runs[-1].hi - runs[0].lo
+    budget = max(_MIN_BUCKETS, len(runs))
+    shift = 0
+    while (span >> shift) > budget:
+        shift += 1
+    cols = np.asarray([(r.lo, r.hi, r.start, r.entry_base, r.size) for r in runs], dtype=np.int64).reshape(-1, 5)
+    lo_a, hi_a = cols[:, 0], cols[:, 1]
     first, last = lo_a >> shift, (hi_a - 1) >> shift
     counts = last - first + 1
     which = np.repeat(np.arange(len(lo_a)), counts)
     starts = np.repeat(np.cumsum(counts) - counts, counts)
     buckets = np.repeat(first, counts) + (np.arange(int(counts.sum())) - starts)
-    arrays = [pa.array(np.asarray(names, dtype=object)[which] if names else [], pa.string()),
-              pa.array(buckets, pa.int64())]
-    arrays += [pa.array(np.asarray(c, dtype=np.int64)[which], pa.int64()) for c in cols]
-    return pa.Table.from_arrays(arrays, schema=ID_TABLE_SCHEMA), shift
+    arrays = [pa.array(buckets, pa.int64())] + [pa.array(cols[which, i], pa.int64()) for i in range(5)]
+    return pa.Table.from_arrays(arrays, schema=RUN_TABLE_SCHEMA), shift
 
 
-__all__ = ["ID_TABLE_SCHEMA", "SegmentRead", "TopicRead", "bucket_shift", "id_table", "layout_runs",
-           "plan_topic_read"]
+__all__ = ["RUN_TABLE_SCHEMA", "OffsetRun", "SegmentRead", "TopicRead", "layout_runs", "offset_runs",
+           "plan_topic_read", "run_table"]

@@ -2,10 +2,11 @@
 
 The driver plans one snapshot per internal topic from the log (``native_plan``), exactly as
 ``spark.read.format("pubsub")`` would with the same options (one options model, one planner), and
-builds a DataFrame that Spark's file source reads: the segment files of that snapshot, joined on
-``(_metadata.file_name, _metadata.row_index >> shift)`` to a small broadcast *id table* that gives
-every row its offset and message id.  No Python runs per row, the read splits over executors like
-any Parquet read, and the result has exactly ``SOURCE_SCHEMA`` and the source's values.
+builds a DataFrame that Spark's file source reads: the segment files of that snapshot, each row's
+offset and message id computed from ``_metadata.file_name`` and ``_metadata.row_index`` by
+expressions planned on the driver (``native_ids``: no join for the usual topic).  No Python runs
+per row, the read splits over executors like any Parquet read, and the result has exactly
+``SOURCE_SCHEMA`` and the source's values.
 
 Only the DataFrame API is used (no ``SparkContext``, no RDD), so it works on Spark Connect too.
 
@@ -20,8 +21,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from broker_core.errors import InvalidConfiguration
+from broker_core.log.segment import SEGMENT_SCHEMA
 from spark_pubsub.batch_reader import bounded_range
-from spark_pubsub.native_plan import TopicRead, id_table, plan_topic_read
+from spark_pubsub.native_ids import FILE, ROW, positions
+from spark_pubsub.native_plan import TopicRead, plan_topic_read
 from spark_pubsub.offsets import read_plan
 from spark_pubsub.options import SourceOptions, parse_options
 from spark_pubsub.schema import CREATE_TIME, SOURCE_SCHEMA, user_topic
@@ -156,8 +159,8 @@ def spark_can_open(spark: SparkSession, base: str, plans: list[TopicRead], *,
         probe = next((f"{base}/{p.topic_path}/{p.view[0]}" for p in plans if p.view is not None), None)
     if probe is None:
         return True
-    try:
-        _ = spark.read.parquet(probe).schema
+    try:  # with a schema given, resolving the scan only looks the file up (no footer-reading job)
+        _ = spark.read.schema("`value` binary").parquet(probe).schema
     except Exception as exc:
         reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         log.warning("spark_pubsub: Spark cannot open %s (%s); %s", base, reason, instead)
@@ -186,37 +189,44 @@ def _reader(spark: SparkSession, fail_on_data_loss: bool) -> Any:
     return spark.read.option("ignoreMissingFiles", "false" if fail_on_data_loss else "true")
 
 
+def segment_read_schema(columns: tuple[str, ...]) -> str:
+    """The Spark schema (DDL) of ``columns`` of the segment files, given to the reader so that it
+    neither infers one (a footer-reading Spark job per DataFrame) nor reads any other column."""
+    fields = {f.name: f.type for f in SEGMENT_SCHEMA}
+    return ", ".join(f"`{name}` {_SPARK_TYPES[str(fields[name])]}" for name in columns)
+
+
+_SPARK_TYPES = {"binary": "binary", "string": "string", "int32": "int", "int64": "bigint",
+                "timestamp[us, tz=UTC]": "timestamp", "map<string, string>": "map<string,string>"}
+
+
+def segment_rows(spark: SparkSession, base: str, plan: TopicRead, columns: tuple[str, ...], *,
+                 fail_on_data_loss: bool = True) -> DataFrame:
+    """Spark's Parquet scan of the planned segment files of one internal topic: ``columns`` plus each
+    row's file name and row index (``native_ids.FILE``, ``native_ids.ROW``).  Only these files are
+    read: an uncommitted or removed file in the topic's folder is never listed."""
+    F = functions_for(spark)
+    files = [f"{base}/{plan.topic_path}/{r.segment.path}" for r in plan.segments]
+    scan = _reader(spark, fail_on_data_loss).schema(segment_read_schema(columns)).parquet(*files)
+    return scan.select(*columns, F.col("_metadata.file_name").alias(FILE), F.col("_metadata.row_index").alias(ROW))
+
+
 def positioned_segments(spark: SparkSession, base: str, plan: TopicRead, columns: tuple[str, ...], *,
                         fail_on_data_loss: bool = True) -> DataFrame:
     """The planned segment rows of one internal topic: ``columns`` plus ``offset``, ``entry_id`` and
-    ``batch_index`` (the view file's position columns), computed in the JVM from the id table."""
+    ``batch_index`` (the view file's position columns), computed in the JVM (``native_ids``)."""
     F = functions_for(spark)
-    table, shift = id_table(plan.segments)
-    # one long join key (a hash of file and bucket) lets Spark use its fast long-keyed hash relation;
-    # the condition checks the file name itself, so a hash collision can never pair the wrong rows
-    # (written so that Spark does not turn it into a second, string, join key)
-    ids = spark.createDataFrame(table)
-    ids = ids.withColumn("_key", F.xxhash64("file_name", "bucket")).hint("broadcast")
-    files = [f"{base}/{plan.topic_path}/{r.segment.path}" for r in plan.segments]
-    rows = (_reader(spark, fail_on_data_loss).parquet(*files)
-            .select(*columns, F.col("_metadata.file_name").alias("_file"), F.col("_metadata.row_index").alias("_row")))
-    rows = rows.withColumn("_key", F.xxhash64("_file", F.shiftright(F.col("_row"), shift)))
-    same_file = (F.startswith(rows["_file"], ids["file_name"])
-                 & (F.length(rows["_file"]) - F.length(ids["file_name"]) == 0))
-    joined = rows.join(ids, (rows["_key"] == ids["_key"]) & same_file
-                       & (rows["_row"] >= ids["row_lo"]) & (rows["_row"] < ids["row_hi"]))
-    rel = F.col("_row") - F.col("run_start")
-    batched = F.col("size") > 0
-    entry = F.col("entry_base") + F.when(batched, F.expr("(_row - run_start) div size")).otherwise(rel)
-    batch = F.when(batched, F.pmod(rel, F.col("size"))).otherwise(F.lit(-1))
-    return joined.select(*columns, (F.col("base_offset") + F.col("_row")).alias("offset"),
-                         entry.cast("long").alias("entry_id"), batch.cast("int").alias("batch_index"))
+    pos = positions(spark, F, segment_rows(spark, base, plan, columns, fail_on_data_loss=fail_on_data_loss),
+                    plan.segments)
+    return pos.frame.select(*columns, pos.offset.alias("offset"), pos.entry.cast("long").alias("entry_id"),
+                            pos.batch.cast("int").alias("batch_index"))
 
 
 def _segment_frame(spark: SparkSession, base: str, plan: TopicRead, fail_on_data_loss: bool) -> DataFrame:
     F = functions_for(spark)
-    rows = positioned_segments(spark, base, plan, _SEGMENT_COLUMNS, fail_on_data_loss=fail_on_data_loss)
-    return _source_columns(F, rows, plan, F.col("offset"), F.col("entry_id"), F.col("batch_index"))
+    rows = segment_rows(spark, base, plan, _SEGMENT_COLUMNS, fail_on_data_loss=fail_on_data_loss)
+    pos = positions(spark, F, rows, plan.segments)
+    return _source_columns(F, pos.frame, plan, pos.offset, pos.entry, None if pos.single_entries else pos.batch)
 
 
 def _view_frame(spark: SparkSession, base: str, plan: TopicRead, fail_on_data_loss: bool) -> DataFrame:
@@ -229,11 +239,16 @@ def _view_frame(spark: SparkSession, base: str, plan: TopicRead, fail_on_data_lo
 
 
 def _source_columns(F: Any, frame: DataFrame, plan: TopicRead, offset: Column, entry: Column,
-                    batch: Column) -> DataFrame:
-    """Segment columns plus positions, as ``SOURCE_SCHEMA`` (names, types, nullability)."""
+                    batch: Column | None) -> DataFrame:
+    """Segment columns plus positions, as ``SOURCE_SCHEMA`` (names, types, nullability).
+    ``batch`` None: single entries only (batch index -1), one string conversion fewer per row."""
     # coalesce: ``div``/``pmod`` are nullable for Spark (a zero size), which a run never has
-    message_id = F.coalesce(F.concat(F.lit(f"{plan.ledger_id}:"), entry.cast("string"),
-                                     F.lit(f":{plan.partition}:"), batch.cast("string")), F.lit(""))
+    if batch is None:
+        parts = [F.lit(f"{plan.ledger_id}:"), entry.cast("string"), F.lit(f":{plan.partition}:-1")]
+    else:
+        parts = [F.lit(f"{plan.ledger_id}:"), entry.cast("string"), F.lit(f":{plan.partition}:"),
+                 batch.cast("string")]
+    message_id = F.coalesce(F.concat(*parts), F.lit(""))
     epoch = F.lit(0).cast("timestamp")
     publish = F.coalesce(F.col("publish_time"), epoch)  # coalesce: never null, as declared
     return frame.select(
@@ -253,4 +268,4 @@ def _source_columns(F: Any, frame: DataFrame, plan: TopicRead, offset: Column, e
 
 
 __all__ = ["functions_for", "plan_read", "positioned_segments", "read_topic", "root_uri", "scan_plans",
-           "spark_can_open", "spark_url"]
+           "segment_read_schema", "segment_rows", "spark_can_open", "spark_url"]

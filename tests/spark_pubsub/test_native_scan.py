@@ -23,7 +23,7 @@ from broker_core.jobs import merge_segments, run_retention
 from broker_core.jobs.compaction import compact_topic
 from broker_core.log.segment_ref import SegmentRef
 from spark_pubsub import read_topic
-from spark_pubsub.native_plan import id_table, layout_runs, plan_topic_read
+from spark_pubsub.native_plan import SegmentRead, layout_runs, offset_runs, plan_topic_read, run_table
 from spark_pubsub.native_scan import spark_url
 from spark_pubsub.schema import SOURCE_SCHEMA
 
@@ -103,6 +103,128 @@ def test_every_topic_shape_reads_the_same_as_the_source(spark: Any, root: str) -
     assert assert_same(spark, root, topics="shapes,compacted") > 160
     assert assert_same(spark, root, topic="compacted", readCompacted=True) < 70
     assert assert_same(spark, root, topic="compacted") == 70
+
+
+@pytest.mark.parametrize("limits", [(0, 0), (0, 32), (64, 0)], ids=["both-joins", "file-join", "run-join"])
+def test_the_join_paths_for_many_files_and_runs_read_the_same(spark: Any, root: str, monkeypatch: Any,
+                                                               limits: tuple[int, int]) -> None:
+    """Above ``FILE_SEARCH_LIMIT`` files or ``RUN_SEARCH_LIMIT`` runs a scan joins instead of searching:
+    forced here on every shape (limit 0), partial reads included."""
+    from spark_pubsub import native_ids
+
+    monkeypatch.setattr(native_ids, "FILE_SEARCH_LIMIT", limits[0])
+    monkeypatch.setattr(native_ids, "RUN_SEARCH_LIMIT", limits[1])
+    assert assert_same(spark, root, topics="shapes,small") > 160
+    first = "persistent://public/default/shapes-partition-1"
+    assert_same(spark, root, topic="shapes", startingOffsets=f'{{"{first}": 5}}', endingOffsets=f'{{"{first}": 40}}')
+
+
+def test_only_the_snapshot_files_are_read_and_unused_positions_are_pruned(spark: Any, tmp_path: Path) -> None:
+    """Spark reads exactly the planned files (an uncommitted segment beside them is never listed), and a
+    query that selects no position column computes none: no join, no message id."""
+    root = make_root(tmp_path / "root")
+    client = Client(root)
+    try:
+        _send(client, "files", 30, "f", batching_enabled=True, batching_max_messages=4)
+        _send(client, "files", 20, "g")
+    finally:
+        client.close()
+    broker = Broker.for_url(root)
+    log = broker.topic_log(broker.partitions("files")[0])
+    committed = {s.path for s in log.snapshot().segments}
+    orphan = Path(log.io.abs_path(f"{log.path}/part-{'f' * 32}.parquet"))  # as a crashed writer leaves it
+    orphan.write_bytes(Path(log.io.abs_path(f"{log.path}/{sorted(committed)[0]}")).read_bytes())
+    df = read_topic(spark, root, topic="files")
+    assert {f.rsplit("/", 1)[1] for f in df.inputFiles()} == committed
+    assert df.count() == 50 and sorted(r.offset for r in df.select("offset").collect()) == list(range(50))
+    plan = df.select("value")._jdf.queryExecution().executedPlan().toString()
+    assert "Join" not in plan and "concat" not in plan and "CASE WHEN" not in plan, plan
+    assert_same(spark, root, topic="files")
+
+
+def test_searches_at_their_limits_compile_to_java(spark: Any, tmp_path: Path) -> None:
+    """A scan of ``FILE_SEARCH_LIMIT`` files and nearly ``RUN_SEARCH_LIMIT`` runs keeps Spark's generated
+    code (no fallback to interpreted evaluation, which Spark would otherwise take silently)."""
+    from spark_pubsub.native_ids import FILE_SEARCH_LIMIT, RUN_SEARCH_LIMIT
+    from spark_pubsub.native_plan import offset_runs
+
+    root = make_root(tmp_path / "root")
+    client = Client(root)
+    batched = client.create_producer("wide", batching_enabled=True, batching_max_messages=2)
+    single = client.create_producer("wide")
+    try:
+        for i in range(FILE_SEARCH_LIMIT):  # one commit, one segment each; batched and single ones alternate
+            producer = batched if i < RUN_SEARCH_LIMIT and i % 2 == 0 else single
+            for j in range(2):
+                producer.send_async(f"w{i}-{j}".encode(), None)
+            producer.flush()
+    finally:
+        batched.close()
+        single.close()
+        client.close()
+    broker = Broker.for_url(root)
+    log = broker.topic_log(broker.partitions("wide")[0])
+    plan = plan_topic_read(log, topic="wide", partition=-1, start=0, end=10**9, read_compacted=False,
+                           fail_on_data_loss=True)
+    assert len(plan.segments) == FILE_SEARCH_LIMIT
+    assert RUN_SEARCH_LIMIT - 4 <= len(offset_runs(plan.segments)) <= RUN_SEARCH_LIMIT
+    spark.conf.set("spark.sql.codegen.fallback", "false")
+    try:
+        assert assert_same(spark, root, topic="wide") == 2 * FILE_SEARCH_LIMIT
+    finally:
+        spark.conf.unset("spark.sql.codegen.fallback")
+
+
+def test_the_driver_computes_sparks_own_xxhash64(spark: Any) -> None:
+    import random
+    import string
+
+    from spark_pubsub.xxhash64 import spark_xxhash64, xxh64
+
+    rng = random.Random(7)
+    words = ["", "part-" + "0" * 32 + ".parquet", "part-" + "f" * 32 + ".zstd.parquet", "é✓ü"]
+    words += ["".join(rng.choice(string.printable) for _ in range(n)) for n in range(1, 90)]  # every tail length
+    from pyspark.sql import functions as F
+
+    got = dict(spark.createDataFrame([(w,) for w in words], "w string").select("w", F.xxhash64("w")).collect())
+    assert {w: spark_xxhash64(w) for w in words} == got
+    assert xxh64(b"", 0) == 0xEF46DB3751D8E999  # the algorithm's published digest of no input
+
+
+def test_a_hash_collision_between_planned_files_takes_the_exact_join(spark: Any, tmp_path: Path,
+                                                                     monkeypatch: Any) -> None:
+    from spark_pubsub import native_ids
+
+    root = make_root(tmp_path / "root")
+    client = Client(root)
+    try:
+        for i in range(3):
+            _send(client, "collide", 10, f"c{i}-", batching_enabled=i == 1, batching_max_messages=3)
+    finally:
+        client.close()
+    monkeypatch.setattr(native_ids, "spark_xxhash64", lambda name: 1)  # the three names "collide"
+    assert assert_same(spark, root, topic="collide") == 30
+
+
+def test_a_row_from_a_file_outside_the_plan_fails_the_query(spark: Any, root: str) -> None:
+    """Defence in depth: were Spark to hand back a row of a file the plan does not name, the search's
+    leaf check fails the query naming that file rather than give it a neighbour's offsets."""
+    import dataclasses
+
+    from pyspark.sql import functions as F
+
+    from spark_pubsub.native_ids import positions
+    from spark_pubsub.native_scan import plan_read, root_uri, segment_rows
+    from spark_pubsub.options import SourceOptions, parse_options
+
+    plan = plan_read(parse_options(SourceOptions, {"path": root, "topic": "small"}))[0]
+    rows = segment_rows(spark, spark_url(root_uri(root)), plan, ("value",))
+    other = tuple(dataclasses.replace(r, segment=dataclasses.replace(r.segment, path=f"part-{i:032x}.parquet"))
+                  for i, r in enumerate(plan.segments))
+    pos = positions(spark, F, rows, other)
+    with pytest.raises(Exception, match=r"not in the planned snapshot: part-[0-9a-f]{32}\.") as failure:
+        pos.frame.select(pos.offset).collect()
+    assert any(r.segment.path in str(failure.value) for r in plan.segments)
 
 
 def test_offsets_timestamps_and_patterns_match(spark: Any, root: str) -> None:
@@ -204,18 +326,51 @@ def test_layout_runs_give_every_row_its_id() -> None:
         assert got == (entries[row], batches[row]), row
 
 
-def test_the_id_table_stays_small_and_covers_each_row_once(tmp_path: Path) -> None:
-    from spark_pubsub.native_plan import SegmentRead
+def _ids_by_formula(runs: list[Any], offset: int) -> tuple[int, int]:
+    run = next(r for r in runs if r.lo <= offset < r.hi)
+    rel = offset - run.start
+    return (run.entry_base + rel // run.size, rel % run.size) if run.size > 0 else (run.entry_base + rel, -1)
 
+
+def test_offset_runs_merge_across_segments_and_give_every_offset_its_id() -> None:
+    a = SegmentRef(path="part-a.parquet", base_offset=1000, num_records=17, base_entry_id=100, layout=[-5, 4, 4, 4],
+                   size_bytes=1, min_publish_ms=0, max_publish_ms=0, modification_time_ms=0)
+    b = SegmentRef(path="part-b.parquet", base_offset=1017, num_records=13, base_entry_id=a.end_entry_id,
+                   layout=[4, 4, -5], size_bytes=1, min_publish_ms=0, max_publish_ms=0, modification_time_ms=0)
+    c = SegmentRef(path="part-c.parquet", base_offset=1030, num_records=6, base_entry_id=b.end_entry_id,
+                   layout=[-6], size_bytes=1, min_publish_ms=0, max_publish_ms=0, modification_time_ms=0)
+    reads = (SegmentRead(a, 7, 17), SegmentRead(b, 0, 13), SegmentRead(c, 0, 4))  # starts inside a batch
+    runs = offset_runs(reads)
+    assert [(r.lo, r.hi, r.size) for r in runs] == [(1007, 1025, 4), (1025, 1034, -1)]  # merged over a->b, b->c
+    for seg, read in zip((a, b, c), reads, strict=True):
+        entries, batches = seg.ids_of_rows()
+        for row in range(read.row_lo, read.row_hi):
+            assert _ids_by_formula(runs, seg.base_offset + row) == (entries[row], batches[row]), (seg.path, row)
+    singles = [SegmentRef(path=f"part-{i}.parquet", base_offset=10 * i, num_records=10, base_entry_id=10 * i,
+                          layout=[-10], size_bytes=1, min_publish_ms=0, max_publish_ms=0, modification_time_ms=0)
+               for i in range(50)]
+    assert len(offset_runs(tuple(SegmentRead(s, 0, 10) for s in singles))) == 1  # any number of files: one run
+
+
+def test_the_run_table_stays_small_and_covers_each_offset_once() -> None:
     seg = _seg([7] * 5000 + [-3000] + [1, 2] * 400)  # many runs
-    table, shift = id_table((SegmentRead(seg, 10, seg.num_records - 5),))
+    runs = offset_runs((SegmentRead(seg, 10, seg.num_records - 5),))
+    table, shift = run_table(runs)
     assert table.num_rows <= 3 * 4096
     rows = table.to_pylist()
+    entries, batches = seg.ids_of_rows()
     for row in (10, 11, 34_999, 35_000, 38_123, seg.num_records - 6):
-        hits = [r for r in rows if r["bucket"] == row >> shift and r["row_lo"] <= row < r["row_hi"]]
+        offset = seg.base_offset + row
+        hits = [r for r in rows if r["bucket"] == offset >> shift and r["lo"] <= offset < r["hi"]]
         assert len(hits) == 1, row
+        run = hits[0]
+        rel = offset - run["start"]
+        got = (run["entry_base"] + rel // run["size"], rel % run["size"]) if run["size"] > 0 else (
+            run["entry_base"] + rel, -1)
+        assert got == (entries[row], batches[row])
     for row in (9, seg.num_records - 5):
-        assert not [r for r in rows if r["bucket"] == row >> shift and r["row_lo"] <= row < r["row_hi"]]
+        offset = seg.base_offset + row
+        assert not [r for r in rows if r["bucket"] == offset >> shift and r["lo"] <= offset < r["hi"]]
 
 
 def test_planning_takes_one_snapshot_and_reads_the_view_below_the_horizon(root: str) -> None:

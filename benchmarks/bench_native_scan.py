@@ -1,0 +1,162 @@
+"""Batch reads: the native scan ``spark_pubsub.read_topic`` and ``format("pubsub")`` against Spark's own
+Parquet reader over the very same segment files, in one SparkSession and one run.
+
+Run from the repository root (it sets ``PYSPARK_PYTHON`` to this interpreter itself)::
+
+    .venv/bin/python benchmarks/bench_native_scan.py                      # 5,000,000 messages
+    .venv/bin/python benchmarks/bench_native_scan.py --messages 1000000   # a quick run
+
+Data: as ``bench_spark.py`` (N messages of 100 B, one internal topic, segments of 250,000 rows).
+Every query is ``spark.read ... .write.format("noop")``, timed from building the DataFrame (the
+native scan's planning included) to the end of the write.  Queries run round-robin, ``--repeats``
+rounds after one warm-up round, and each figure is the best round (wall time) and the least JVM CPU
+(user + system seconds of the Spark JVM: less sensitive to other load on the machine than wall time).
+
+Rows (goal: native scan / Parquet <= 1.3):
+
+* Spark Parquet reader: ``spark.read.parquet(*files)``, every column of the files: the baseline;
+* native scan: ``read_topic(spark, root, topic=...)``, the source's schema and values;
+* Data Source path: ``spark.read.format("pubsub")``;
+* reference, the native scan's floor: Spark's Parquet reader over the same files producing the same
+  columns (the 9 the source reads, constants, ``_metadata.row_index`` as the offset and the message
+  id string built from it) but with no per-file lookup: what the source's schema costs in Spark;
+* reference, join paths: the native scan with its searches turned off (a broadcast join on the file
+  name and one on the offset bucket), as a topic with more than ``FILE_SEARCH_LIMIT`` files or
+  ``RUN_SEARCH_LIMIT`` layout runs per scan reads.
+
+This is a benchmark, not a test: nothing is asserted.  Rerun on a busy machine before trusting one
+figure; the load average is printed before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+from bench_spark import CHUNK, TOPIC, make_data, segment_dir, session  # noqa: E402
+
+GOAL = 1.3
+
+
+def _floor(spark: Any, files: list[str]) -> Any:
+    """The source's columns from Spark's reader with ``row_index`` as the offset: no per-file lookup."""
+    from pyspark.sql import functions as F
+
+    from spark_pubsub.native_scan import _SEGMENT_COLUMNS, segment_read_schema
+
+    rows = spark.read.schema(segment_read_schema(_SEGMENT_COLUMNS)).parquet(*files)
+    offset = F.col("_metadata.row_index")
+    epoch = F.lit(0).cast("timestamp")
+    return rows.select(
+        "key", "value", F.lit(TOPIC).alias("topic"), F.lit(-1).alias("partition"), offset.alias("offset"),
+        F.concat(F.lit("1:"), offset.cast("string"), F.lit(":-1:-1")).alias("messageId"),
+        F.coalesce("publish_time", epoch).alias("publishTime"), F.col("event_time").alias("eventTime"),
+        "properties", F.col("producer_name").alias("producerName"), F.col("sequence_id").alias("sequenceId"),
+        F.col("ordering_key").alias("orderingKey"), F.lit(0).alias("redeliveryCount"),
+        F.col("deliver_at").alias("deliverAt"), F.lit(TOPIC).alias("internalTopic"),
+        F.coalesce("publish_time", epoch).alias("timestamp"), F.lit(0).alias("timestampType"))
+
+
+def _joins_forced(spark: Any, root: Path) -> Any:
+    from spark_pubsub import native_ids, read_topic
+
+    limits = native_ids.FILE_SEARCH_LIMIT, native_ids.RUN_SEARCH_LIMIT
+    native_ids.FILE_SEARCH_LIMIT = native_ids.RUN_SEARCH_LIMIT = 0
+    try:
+        return read_topic(spark, str(root), topic=TOPIC)
+    finally:
+        native_ids.FILE_SEARCH_LIMIT, native_ids.RUN_SEARCH_LIMIT = limits
+
+
+def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]:
+    """Time every query (see the module docstring); print the figures; return the summary ratios."""
+    from spark_pubsub import read_topic
+
+    files = [str(p) for p in sorted(segment_dir(root).glob("part-*.parquet"))]
+    jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+
+    def jvm_cpu_s() -> float:
+        fields = Path(f"/proc/{jvm_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    queries = {
+        "Spark Parquet reader, the topic's segment files": lambda: spark.read.parquet(*files),
+        "native scan: spark_pubsub.read_topic": lambda: read_topic(spark, str(root), topic=TOPIC),
+        "Data Source path: spark.read.format('pubsub')":
+            lambda: spark.read.format("pubsub").option("topic", TOPIC).load(str(root)),
+        "reference: Parquet reader + the source's columns, no lookup": lambda: _floor(spark, files),
+        "reference: native scan, join paths forced": lambda: _joins_forced(spark, root),
+    }
+    walls: dict[str, list[float]] = {name: [] for name in queries}
+    cpus: dict[str, list[float]] = {name: [] for name in queries}
+    for round_ in range(repeats + 1):  # round 0 warms the JVM and the Python workers
+        for name, make_df in queries.items():
+            c0, t0 = jvm_cpu_s(), time.perf_counter()
+            make_df().write.format("noop").mode("overwrite").save()
+            if round_:
+                walls[name].append(time.perf_counter() - t0)
+                cpus[name].append(jvm_cpu_s() - c0)
+    wall = {name: min(v) for name, v in walls.items()}
+    cpu = {name: min(v) for name, v in cpus.items()}
+    print("batch read into noop (best of each; runs in seconds)")
+    for name in queries:
+        print(f"  {name:62} {wall[name]:6.2f} s  JVM CPU {cpu[name]:6.2f} s  "
+              f"(runs: {', '.join(f'{t:.2f}' for t in walls[name])})", flush=True)
+    parquet, native, source, floor, joins = queries
+    return [("native scan / Parquet (wall)", wall[native] / wall[parquet]),
+            ("native scan / Parquet (JVM CPU)", cpu[native] / cpu[parquet]),
+            ("Data Source path / Parquet (wall)", wall[source] / wall[parquet]),
+            ("Data Source path / Parquet (JVM CPU)", cpu[source] / cpu[parquet]),
+            ("reference: floor / Parquet (wall)", wall[floor] / wall[parquet]),
+            ("reference: floor / Parquet (JVM CPU)", cpu[floor] / cpu[parquet]),
+            ("reference: native scan / floor (wall)", wall[native] / wall[floor]),
+            ("reference: join paths / Parquet (wall)", wall[joins] / wall[parquet])]
+
+
+def print_summary(ratios: list[tuple[str, float]]) -> None:
+    print(f"\nsummary (time ratios; goal for the native scan: <= {GOAL})")
+    for name, ratio in ratios:
+        goal = "" if name.startswith(("reference", "Data Source")) else ("  MET" if ratio <= GOAL else "  MISSED")
+        print(f"  {name:52} {ratio:7.2f}{goal}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=5_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--root", type=Path, default=None,
+                        help="work directory (default: a temp dir); data already there is reused")
+    args = parser.parse_args()
+    work = args.root or Path(tempfile.mkdtemp(prefix="bench-native-"))
+    root, plain = work / "root", work / "plain"
+    n = args.messages
+    print(f"bench_native_scan: {n:,} messages of 100 B, {(n + CHUNK - 1) // CHUNK} segments, work dir {work}")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if segment_dir(root).exists():
+        print("data: reusing the topic already in the work directory")
+    else:
+        print(f"data: send_table wrote {n:,} messages in {make_data(root, plain, n):.1f} s")
+    spark = session()
+    try:
+        print_summary(batch_reads(spark, root, args.repeats))
+    finally:
+        spark.stop()
+        if args.root is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
