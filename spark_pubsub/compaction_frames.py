@@ -5,8 +5,8 @@ only one message per key, so the reduction runs on a narrow projection and the p
 only where they can still win:
 
 1. ``ends``: per planned row only ``(topic_path, key, offset, chunk columns)``.  The offset is the
-   file's base offset plus Spark's ``_metadata.row_index``, from a one-row-per-file broadcast table
-   (``file_name -> base_offset, row range``): no per-row Python, no message ids yet.
+   file's base offset plus Spark's ``_metadata.row_index``, the base found by the native scan's
+   driver-planned search over file-name hashes (D84): no join, no per-row Python, no message ids yet.
 2. ``winners``: ``max(offset)`` of the message-ending rows grouped by ``(topic_path, key)``: a hash
    aggregate of longs, partially aggregated before its shuffle (at most keys x map tasks rows cross).
 3. ``kept``: the planned rows with every column, semi-joined to the winners on ``(topic_path,
@@ -29,13 +29,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker_core.jobs.compaction import CompactionPlan
 from broker_core.topic.compacted_view import VIEW_SCHEMA
 from spark_pubsub.native_plan import TopicRead, plan_topic_read
-from spark_pubsub.native_scan import functions_for
+from spark_pubsub.native_scan import functions_for, positioned_segments
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -52,12 +51,6 @@ _POSITIONS = ("offset", "entry_id", "batch_index")
 _IDS = ("entry_id", "batch_index")
 _PAYLOAD = tuple(n for n in VIEW_SCHEMA.names if n not in _POSITIONS)
 _END_COLUMNS = ("key", "num_chunks", "chunk_id")
-_FILES_SCHEMA = pa.schema([
-    pa.field("_file", pa.string(), nullable=False),
-    pa.field("_base", pa.int64(), nullable=False),
-    pa.field("_lo", pa.int64(), nullable=False),
-    pa.field("_hi", pa.int64(), nullable=False),
-])
 
 
 def topic_reads(plans: list[tuple[TopicLog, CompactionPlan]]) -> list[TopicRead]:
@@ -73,16 +66,11 @@ def _msg_end(F: Any) -> Any:
 
 
 def _segment_rows(spark: SparkSession, base: str, read: TopicRead, columns: tuple[str, ...]) -> DataFrame:
-    """``offset``, ``columns`` and ``topic_path`` of the planned rows of one topic's segments."""
+    """``offset``, ``columns`` and ``topic_path`` of the planned rows of one topic's segments; the
+    offset is ``base_offset(file) + row index`` from the native scan's driver-planned search (D84),
+    no join (``native_scan.positioned_segments``; unselected id columns are pruned)."""
     F = functions_for(spark)
-    files = pa.Table.from_pylist(
-        [{"_file": r.segment.path, "_base": r.segment.base_offset, "_lo": r.row_lo, "_hi": r.row_hi}
-         for r in read.segments], schema=_FILES_SCHEMA)
-    rows = (spark.read.parquet(*[f"{base}/{read.topic_path}/{r.segment.path}" for r in read.segments])
-            .select(*columns, F.col("_metadata.file_name").alias("_file"), F.col("_metadata.row_index").alias("_row")))
-    rows = (rows.join(F.broadcast(spark.createDataFrame(files)), "_file")
-            .where((F.col("_row") >= F.col("_lo")) & (F.col("_row") < F.col("_hi")))
-            .withColumn("offset", F.col("_base") + F.col("_row")))
+    rows = positioned_segments(spark, base, read, columns)
     return rows.select("offset", *columns).withColumn("topic_path", F.lit(read.topic_path))
 
 
