@@ -76,7 +76,7 @@ class PartitionQueue:
         self.topic_id: str | None = None  # the metaData id of the topic registered on (see ``_register``)
 
 
-RIDE_MARGIN_FRACTION = 0.1  # of an upload's time: slack for a store's variance and the sender's wake-up
+RIDE_MARGIN_FRACTION = 0.25  # of an upload's time: slack for a store's variance and the sender's wake-up
 RIDE_MARGIN_MIN_S = 0.002
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from broker_core.client.partition_queue import (
+    RIDE_MARGIN_FRACTION,
     RIDE_MARGIN_MIN_S,
     UPLOADED,
     UPLOADING,
@@ -53,7 +54,7 @@ def test_before_any_commit_was_timed_the_hold_is_as_before() -> None:
 def test_while_a_commit_is_in_flight_a_batch_goes_at_the_last_moment_it_can_ride_the_next_group() -> None:
     # a "standard" store: the commit in flight (PUT + HEAD) takes 110 ms, an upload 80 ms
     q = _queue(committing=True, started_s=100.0, commit_s=0.110, upload_s=0.080)
-    margin_s = max(RIDE_MARGIN_MIN_S, 0.1 * 0.080)
+    margin_s = max(RIDE_MARGIN_MIN_S, RIDE_MARGIN_FRACTION * 0.080)
     ride_s = 100.0 + 0.110 - 0.080 - margin_s
     # due early: it waits until then, gathering what arrives meanwhile into the same upload
     assert delay_cut_s(q, 100.005) == pytest.approx(ride_s)
@@ -67,7 +68,7 @@ def test_a_partial_batch_uploading_does_not_hold_back_one_that_can_still_ride_th
     """The regression: the old hold made such a batch upload after the one ahead, missing the group
     commit that follows the one in flight, and so wait a whole commit more."""
     q = _queue(committing=True, started_s=100.0, commit_s=0.110, upload_s=0.080, stages=(UPLOADING,))
-    assert delay_cut_s(q, 100.01) == pytest.approx(100.022)
+    assert delay_cut_s(q, 100.005) == pytest.approx(100.0 + 0.110 - 0.080 * (1 + RIDE_MARGIN_FRACTION))
     # past the moment it could ride, it waits for the upload ahead (and goes with what arrives meanwhile)
     assert delay_cut_s(q, 100.05) is None
 
