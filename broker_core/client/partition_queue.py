@@ -49,8 +49,8 @@ class PartitionQueue:
     """
 
     __slots__ = (
-        "bytes", "committed", "committing", "enqueued", "epoch", "flush_target", "in_flight", "in_flight_messages",
-        "log", "messages", "registry", "taken", "topic_id",
+        "bytes", "commit_s", "commit_started_s", "committed", "committing", "enqueued", "epoch", "flush_target",
+        "in_flight", "in_flight_messages", "log", "messages", "registry", "taken", "topic_id", "upload_s",
     )
 
     def __init__(self, log: TopicLog, registry: ProducerRegistry) -> None:
@@ -67,8 +67,41 @@ class PartitionQueue:
         self.in_flight: deque[InFlight] = deque()
         self.in_flight_messages = 0
         self.committing = False
+        # how long the partition's last upload and last commit took, and when the commit in flight
+        # began (monotonic seconds): whether a batch cut now can still ride the next group commit
+        self.upload_s = 0.0
+        self.commit_s = 0.0
+        self.commit_started_s = 0.0
         self.epoch = 0
         self.topic_id: str | None = None  # the metaData id of the topic registered on (see ``_register``)
 
 
-__all__ = ["COMMITTING", "DONE", "UPLOADED", "UPLOADING", "InFlight", "PartitionQueue"]
+RIDE_MARGIN_FRACTION = 0.25  # of an upload's time: slack for a store's variance and the sender's wake-up
+RIDE_MARGIN_MIN_S = 0.002
+
+
+def delay_cut_s(q: PartitionQueue, due_s: float) -> float | None:
+    """When a batch of ``q`` whose publish delay ran out at ``due_s`` is cut (monotonic seconds, at
+    least ``due_s``), or None: it waits for the partition's uploading partial batch, whose end
+    wakes the sender thread.
+
+    Each upload is a request (billed, and CPU), and a batch cut by the delay commits only with the
+    partition's next group commit.  While a commit is in flight, that group commit takes whatever
+    has uploaded when the commit ends: a batch is cut at the last moment its upload (as long as
+    the last one, with a margin) still ends before then (as long as the last commit), taking every
+    message that arrives until that moment in one upload.  Past that moment the batch cannot ride
+    that group commit, and, as when no commit is in flight, it waits while another partial batch
+    uploads and goes with the messages that arrive meanwhile, since those could not commit much
+    sooner on their own.  Before any commit was timed this is that last rule alone (D79).
+    """
+    if q.committing and q.commit_s > 0.0:
+        margin_s = max(RIDE_MARGIN_MIN_S, RIDE_MARGIN_FRACTION * q.upload_s)
+        ride_s = q.commit_started_s + q.commit_s - q.upload_s - margin_s
+        if due_s <= ride_s + margin_s:
+            return max(due_s, ride_s)
+    if any(item.partial and item.stage == UPLOADING for item in q.in_flight):
+        return None
+    return due_s
+
+
+__all__ = ["COMMITTING", "DONE", "UPLOADED", "UPLOADING", "InFlight", "PartitionQueue", "delay_cut_s"]

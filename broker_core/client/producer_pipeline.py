@@ -21,6 +21,7 @@ These are the worker-side tasks; ``producer_sender`` decides what runs when.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +52,7 @@ class ProducerPipeline(ProducerQueueing):
 
     def _upload(self, q: PartitionQueue, item: InFlight) -> None:
         """Wait for the backlog quota, build the batch's rows and write its segment (a pool task)."""
+        started_s = time.monotonic()
         try:
             if self._failure is not None:
                 raise self._failure
@@ -67,6 +69,8 @@ class ProducerPipeline(ProducerQueueing):
             item.error = exc
         with self._cond:
             item.stage = UPLOADED
+            if item.error is None:
+                q.upload_s = time.monotonic() - started_s
             self._cond.notify_all()
 
     def _commit_group(self, q: PartitionQueue, group: list[InFlight]) -> None:
@@ -79,7 +83,9 @@ class ProducerPipeline(ProducerQueueing):
                 q.log.discard_prepared(prepared)
                 raise self._failure
             if ready:
+                started_s = time.monotonic()
                 results = q.log.commit_prepared(prepared, producer_epoch=q.epoch, topic_id=q.topic_id)
+                q.commit_s = time.monotonic() - started_s  # read by the sender thread: a float, atomic
                 partition = self._queues.index(q) if self._partitioned else -1
                 for item, result in zip(ready, results, strict=True):
                     if any(msg.wants_id for msg in item.ordered):  # a plain send_async has nobody to hand it to

@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from broker_core.client.builder import PendingMessage, plan_entries
-from broker_core.client.partition_queue import COMMITTING, DONE, UPLOADED, UPLOADING, InFlight, PartitionQueue
+from broker_core.client.partition_queue import COMMITTING, DONE, UPLOADED, InFlight, PartitionQueue, delay_cut_s
 from broker_core.client.producer_pipeline import ProducerPipeline
 from broker_core.errors import DirectoryGone, PulsarException, TopicDeleted
 
@@ -61,11 +61,10 @@ class ProducerSender(ProducerPipeline):
             return True
         if len(q.messages) >= self._batch_max_messages or q.bytes >= self._batch_max_bytes:
             return True
-        # A batch cut by the delay waits while another such batch of the partition uploads: each
-        # upload is a request (billed, and CPU), and the messages that arrive meanwhile could not
-        # commit much sooner on their own than together with the next cut.
-        return now - q.messages[0].enqueued_s >= self._batch_delay_s and not any(
-            item.partial and item.stage == UPLOADING for item in q.in_flight)
+        if now - q.messages[0].enqueued_s < self._batch_delay_s:
+            return False
+        cut_s = delay_cut_s(q, now)  # when the partition's next group commit is reachable (D79)
+        return cut_s is not None and cut_s <= now
 
     def _take(self, q: PartitionQueue) -> list[PendingMessage]:
         limit = self._batch_max_messages if self._batching else 10_000
@@ -112,6 +111,8 @@ class ProducerSender(ProducerPipeline):
         for item in group:
             item.stage = COMMITTING
         q.committing = bool(group)
+        if group:
+            q.commit_started_s = time.monotonic()
         return group
 
     @staticmethod
@@ -137,9 +138,11 @@ class ProducerSender(ProducerPipeline):
                         return
                     # a batch's delay runs out only where the pipeline has room; elsewhere a commit
                     # resolving wakes this thread
-                    waits = [self._batch_delay_s - (now - q.messages[0].enqueued_s) for q in self._queues
-                             if q.messages and self._room(q) >= min(len(q.messages), self._batch_max_messages)
-                             and not any(item.partial and item.stage == UPLOADING for item in q.in_flight)]
+                    # (a batch held for an upload is woken when that upload ends)
+                    cuts = [delay_cut_s(q, max(now, q.messages[0].enqueued_s + self._batch_delay_s))
+                            for q in self._queues
+                            if q.messages and self._room(q) >= min(len(q.messages), self._batch_max_messages)]
+                    waits = [cut_s - now for cut_s in cuts if cut_s is not None]
                     timeout = min([*waits, self._lease_ms / 3000])
                     self._cond.wait(timeout=max(timeout, 0.0005))
                     self._renew_leases()
