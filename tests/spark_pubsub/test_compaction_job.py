@@ -7,6 +7,7 @@ horizon and the log from it on, and a micro-batch keeps reading the view its off
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -269,12 +270,18 @@ def test_the_job_through_spark_connect_and_through_the_fallback_equals_the_local
         caplog.clear()
 
 
+_COPIES = itertools.count()
+
+
 def _expected_view(root: str, scratch: Path, horizon: int) -> pa.Table:
-    """The local run's view of the log up to ``horizon`` (computed on a copy)."""
-    shutil.rmtree(scratch, ignore_errors=True)
-    sync_log(root, str(scratch))
-    compact_topic(Broker.for_url(str(scratch)), "t", up_to_offset=horizon)
-    return views(str(scratch), "t")["persistent://public/default/t"]
+    """The local run's view of the log up to ``horizon``, computed on a copy at a new path each call:
+    the process keeps each topic's view pointer cached for up to a second (rechecked after that), so a
+    copy made again at the same path right after deleting the last one behind the library's back
+    would be planned from the deleted copy's pointer (the copy has the same ledger id)."""
+    copy = scratch.parent / f"{scratch.name}-{next(_COPIES)}"
+    sync_log(root, str(copy))
+    compact_topic(Broker.for_url(str(copy)), "t", up_to_offset=horizon)
+    return views(str(copy), "t")["persistent://public/default/t"]
 
 
 @pytest.mark.slow
