@@ -8,6 +8,7 @@ commits set (push) and otherwise polls the next log version every ``poll_interva
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -21,7 +22,14 @@ from broker_core.client.args import check_seek_target, check_type
 from broker_core.client.context import HandleOwner
 from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
 from broker_core.crypto import ENCRYPTION_PROPERTY, MessageDecryptor, Outcome
-from broker_core.errors import AlreadyClosed, CryptoError, InvalidConfiguration, Timeout, TopicDeleted
+from broker_core.errors import (
+    AlreadyClosed,
+    CryptoError,
+    InvalidConfiguration,
+    PulsarException,
+    Timeout,
+    TopicDeleted,
+)
 from broker_core.log.snapshot import Snapshot
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.message_id import MessageId
@@ -29,6 +37,8 @@ from broker_core.naming import TopicName
 from broker_core.topic.compacted_view import CompactedTopic, ViewSlice
 from broker_core.topic.topic_log import TopicLog
 from broker_core.topic.watch import PollSchedule
+
+_log = logging.getLogger(__name__)
 
 
 class _Partition:
@@ -320,14 +330,34 @@ class Reader:
         self._client._forget(self)
 
     def _listen(self, listener: Callable[[Reader, Message], None]) -> None:
+        """Hand each message to ``listener``; damaged storage goes to the application once.
+
+        No call of the application's is there to raise a read error from, so, as a listener consumer
+        does (D83), the error goes to ``threading.excepthook`` once; the thread then keeps trying at
+        the idle backoff's cap (quietly while the error stays the same), so a repaired topic resumes.
+        A listener that raises is logged and the reader moves on, as the official client does.
+        """
+        reported: str | None = None
+        wait_ms = int(self._schedule.max_s * 1000) or 1
         while not self._closed:
             try:
-                msg = self.read_next(timeout_millis=int(self._schedule.max_s * 1000) or 1)  # close() wakes it
+                msg = self.read_next(timeout_millis=wait_ms)  # close() wakes it
             except (Timeout, AlreadyClosed):
                 continue
             except TopicDeleted:
                 return  # the reader closed itself: its topic is gone
-            listener(self, msg)
+            except PulsarException as damage:
+                if str(damage) != reported:
+                    reported = str(damage)
+                    threading.excepthook(threading.ExceptHookArgs(
+                        (type(damage), damage, damage.__traceback__, threading.current_thread())))
+                self._wake.wait(wait_ms / 1000)  # close() sets it
+                continue
+            reported = None
+            try:
+                listener(self, msg)
+            except Exception:
+                _log.exception("reader listener of reader %r on %s raised", self._name, self._topic)
 
     def __iter__(self) -> Any:
         while self.has_message_available():

@@ -139,6 +139,44 @@ def test_a_listener_consumer_hands_the_error_to_the_application_once(
         fresh.close()
 
 
+def test_a_reader_listener_hands_the_error_to_the_application_once_and_keeps_going(
+        root: Path, client: Client, new_process: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader listener's thread survives damaged storage: the error reaches ``threading.excepthook``
+    once (not once per retry), a raising listener is logged, and the reader still runs."""
+    damaged = _three_segments(root, client)
+    _truncate(damaged)
+    new_process()
+    reported: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: reported.append(args.exc_value))
+    fresh = Client(str(root), broker_config=BrokerConfig(new_entries_check_max_delay_millis=20))
+    try:
+        got: list[bytes] = []
+
+        def listener(_reader: Any, msg: Any) -> None:
+            got.append(msg.data())
+            if msg.data() == b"m0":
+                raise RuntimeError("the application's own bug")
+
+        reader = fresh.create_reader(T, MessageId.earliest, reader_listener=listener)
+        attempts = threading.Semaphore(0)
+        read_next = reader.read_next
+
+        def counting_read_next(*args: Any, **kwargs: Any) -> Any:
+            attempts.release()
+            return read_next(*args, **kwargs)
+
+        reader.read_next = counting_read_next  # type: ignore[method-assign]
+        for _ in range(4):  # the damage met again and again (a 20 ms backoff cap between tries)
+            assert attempts.acquire(timeout=10)
+        assert got == [b"m0", b"m1"]  # every good message first, past a listener that raised
+        assert len(reported) == 1 and isinstance(reported[0], SegmentCorrupted)
+        assert damaged.name in str(reported[0])
+        assert reader._listener_thread is not None and reader._listener_thread.is_alive()
+        reader.close()
+    finally:
+        fresh.close()
+
+
 def test_a_segment_with_fewer_rows_than_its_log_entry_is_corrupt(root: Path, client: Client) -> None:
     damaged = _three_segments(root, client)
     snap = TopicLog(LocalFileIO(str(root)), TOPIC_DIR).snapshot()
