@@ -17,10 +17,12 @@ from broker_core.client.dead_letters import (
     DEFAULT_MAX_RECONSUME_TIMES,
     REAL_TOPIC,
     LetterTopics,
+    WriterSchema,
     letter_topics,
     pulsar_id_string,
     reconsume_properties,
 )
+from broker_core.client.letter_originals import stored_originals
 from broker_core.errors import InvalidMessage
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
@@ -39,6 +41,17 @@ def _origin(topic: str) -> str:
     return str(TopicName.parse(topic).partitioned_topic_name)
 
 
+def _letter_version(broker: Broker, topic: str, version: bytes | None, target: str) -> bytes | None:
+    """The schema version a letter of a message written under ``version`` of ``topic`` carries on
+    ``target``: the same writer schema, registered there (``IncompatibleSchema`` if refused)."""
+    if not version:
+        return None
+    info = broker.schemas.lookup(topic, version)
+    if info is None:
+        return None
+    return broker.schemas.attach_producer(TopicName.parse(target), WriterSchema(info))
+
+
 def retry_or_dead_letter(
     broker: Broker,
     failed: pa.Table,
@@ -52,25 +65,34 @@ def retry_or_dead_letter(
     """Send failed messages to the retry letter topic (delayed) or, past the limit, the dead letter
     topic, named and stamped as the client's ``reconsume_later`` does (``client/dead_letters.py``).
 
+    Each letter is the stored original (``letter_originals``): its payload, keys, properties and
+    writer schema are read from the log by message id, whatever the engine made of them (a typed read's
+    struct ``value``, say); the writer schema is registered on the letter topic as the client does.
+
     Args:
-        failed: columns ``value``, ``topic`` (the internal topic it was read from), ``message_id``
-            (admin form), and optionally ``key``, ``ordering_key``, ``properties``.
+        failed: columns ``value``, ``topic`` (the topic or internal topic it was read from) and
+            ``message_id`` (admin form); other columns are ignored.
+
+    Raises:
+        InvalidMessage: a column is missing, or a message is no longer stored; nothing is sent.
+        IncompatibleSchema: a letter topic's schema policy refuses the original's writer schema.
     """
     missing = [c for c in ("value", "topic", "message_id") if c not in failed.column_names]
     if missing:
         raise InvalidMessage(f"failed messages need column {missing[0]!r} (as read from the pubsub source)",
                              column=missing[0])
     retried = dead = 0
-    props = failed.column("properties").to_pylist() if "properties" in failed.column_names else [None] * failed.num_rows
     topics = failed.column("topic").to_pylist()
     ids = failed.column("message_id").to_pylist()
+    originals = stored_originals(broker, topics, ids, failed.column("value").combine_chunks())
+    props = originals.rows.column("properties").to_pylist()
     routes: dict[str, list[int]] = {}
     retry_targets: set[str] = set()
     names: dict[str, LetterTopics] = {}
     new_props: list[list[tuple[str, str]]] = []
     for i in range(failed.num_rows):
         original = dict(props[i] or {})
-        origin = original.get(REAL_TOPIC) or _origin(topics[i])
+        origin = original.get(REAL_TOPIC) or _origin(originals.internal_topics[i])
         if origin not in names:  # the same naming as the client's consumer with retry enabled
             names[origin] = letter_topics(broker, origin, subscription, None, retry_enabled=True)
         current, times = reconsume_properties(
@@ -86,17 +108,20 @@ def retry_or_dead_letter(
             retried += 1
         routes.setdefault(target, []).append(i)
         new_props.append(list(current.items()))
-    columns = {"value": failed.column("value")}
-    for name in ("key", "ordering_key"):
-        if name in failed.column_names:
-            columns[name] = failed.column(name)
-    table = pa.table(columns).append_column("properties", pa.array(new_props, pa.map_(pa.string(), pa.string())))
+    stored = originals.rows
+    table = pa.table({name: stored.column(name) for name in ("value", "key", "ordering_key")}).append_column(
+        "properties", pa.array(new_props, pa.map_(pa.string(), pa.string())))
+    versions = stored.column("schema_version").to_pylist()
     for target, rows in routes.items():
         part = table.take(pa.array(rows))
         if target in retry_targets and delay_ms > 0:
             part = part.append_column("deliver_at", pa.array([now_ms + delay_ms] * part.num_rows, pa.int64()))
         segment_rows, explicit = to_segment_rows(part, publish_time_ms=now_ms,
                                                  max_message_size=broker.config.max_message_size)
+        letter_versions = [_letter_version(broker, originals.internal_topics[i], versions[i], target) for i in rows]
+        segment_rows = segment_rows.set_column(
+            segment_rows.schema.get_field_index("schema_version"), "schema_version",
+            pa.array(letter_versions, pa.binary()))
         partitions = broker.partitions(target)
         chosen = route_rows(segment_rows, explicit, len(partitions))
         append_partitioned([broker.topic_log(p) for p in partitions], segment_rows, chosen)
