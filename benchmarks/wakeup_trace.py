@@ -156,8 +156,11 @@ def breakdown(runs: list[dict[str, np.ndarray]], pct: Callable[[np.ndarray], tup
         title = TITLES["receive_from_link" if end == "receive" else end]
         p50, p99 = pct(diff)
         lines.append(f"{title:<44}{p50:>8.2f}{p99:>8.2f}")
-    total = (cat("receive") - cat("send")) * 1000
-    lines.append(f"{'send -> receive':<44}{pct(total)[0]:>8.2f}{pct(total)[1]:>8.2f}")
+    for start, end, title in (("send", "linked", "send -> link (visible to readers)"),
+                              ("send", "receive", "send -> receive")):
+        total = (cat(end) - cat(start)) * 1000
+        total = total[~np.isnan(total)]
+        lines.append(f"{title:<44}{pct(total)[0]:>8.2f}{pct(total)[1]:>8.2f}")
     for key, title in (("fsync_upload", "one fsync on the upload thread"),
                        ("fsync_commit", "one fsync on the commit thread")):
         values = cat(key) * 1000
