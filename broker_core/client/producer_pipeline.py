@@ -21,7 +21,6 @@ These are the worker-side tasks; ``producer_sender`` decides what runs when.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -73,12 +72,6 @@ class ProducerPipeline(ProducerQueueing):
             if item.error is None:
                 q.upload_s = time.monotonic() - started_s
             self._cond.notify_all()
-        # the segment's fsyncs run here while the commit that will name it builds and writes its own
-        # file; the commit waits for them before its link and raises their error (D88)
-        sync = item.prepared.sync if item.error is None and item.prepared is not None else None
-        if sync is not None:
-            with contextlib.suppress(Exception):
-                sync.ensure()
 
     def _commit_group(self, q: PartitionQueue, group: list[InFlight]) -> None:
         """Commit the uploaded batches of ``group`` in one commit and work out their ids (a pool task);

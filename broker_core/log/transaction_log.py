@@ -293,12 +293,8 @@ class TransactionLog:
         *,
         operation: str,
         parameters: dict[str, object] | None = None,
-        ready: Callable[[], None] | None = None,
     ) -> CommitResult:
         """Commit the actions ``build`` returns for the latest snapshot, retrying on conflicts.
-
-        ``ready`` is passed to each attempt's ``put_if_absent``: it waits, before the commit can
-        appear, for the files the actions name to be durable (D88).
 
         ``build`` is called once per attempt with the snapshot the commit would follow; it may raise
         ``NothingToCommit`` (propagated) or any error of its own (propagated, nothing written).
@@ -337,7 +333,7 @@ class TransactionLog:
                 started_s = writer_tip.monotonic_s()
                 try:
                     created = self.io.put_if_absent(commit_path(self.table_path, version), payload,
-                                                    anchor=self.table_path, ready=ready)
+                                                    anchor=self.table_path)
                 except DirectoryGone as exc:  # the topic was deleted (its directory renamed away)
                     raise self._deleted(snapshot) from exc
                 if created:

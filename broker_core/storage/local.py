@@ -5,8 +5,6 @@ Durability rules (the protocol's, in ``protocol.py``, and their local meaning):
   exists), unlink the temp file.  ``os.rename`` would silently overwrite.
 - ``write_new`` writes a file under a fresh unique name that nothing references yet (a segment);
   it is fsynced before the call returns, so a commit that references it never points at garbage.
-  With ``sync=False`` its fsyncs wait for ``sync``, which the caller runs beside the commit's own
-  write; the commit's ``ready`` waits for it before the link (D88).
 - ``replace`` atomically overwrites a *hint* (``_last_checkpoint``); readers must tolerate a stale
   or missing hint.
 
@@ -23,7 +21,6 @@ import errno
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 from pyarrow import fs as pafs
@@ -139,15 +136,12 @@ class LocalFileIO:
             return None
         return FileStatus(path=path, size_bytes=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000)
 
-    def put_if_absent(self, path: str, data: bytes, *, anchor: str | None = None,
-                      ready: Callable[[], None] | None = None) -> bool:
+    def put_if_absent(self, path: str, data: bytes, *, anchor: str | None = None) -> bool:
         final = self.abs_path(path)
         directory = self._parent(path, final, anchor)
         tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
         try:
             self._write_file(tmp, data)
-            if ready is not None:  # what the commit names is durable too before it can appear (D88)
-                ready()
             try:
                 os.link(tmp, final)
             except FileExistsError:
@@ -164,9 +158,8 @@ class LocalFileIO:
                 os.unlink(tmp)
 
     def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None,
-                  checked_by_commit: bool = False, sync: bool = True) -> None:
-        """``checked_by_commit`` changes nothing here: a missing anchor fails the write itself.
-        ``sync=False`` leaves both fsyncs (file, directory) to ``sync`` (D88)."""
+                  checked_by_commit: bool = False) -> None:
+        """``checked_by_commit`` changes nothing here: a missing anchor fails the write itself."""
         final = self.abs_path(path)
         directory = self._parent(path, final, anchor)
         try:
@@ -178,39 +171,16 @@ class LocalFileIO:
         except FileNotFoundError as exc:
             raise self._gone(path, anchor) from exc
         try:
-            self._write_all(fd, data, sync=sync)
+            self._write_all(fd, data)
         except OSError as exc:
             raise self._error("write", path, exc) from exc
         finally:
             os.close(fd)
-        if self._fsync and sync:  # the directory entry must survive a power loss as well as the bytes
+        if self._fsync:  # the directory entry must survive a power loss as well as the bytes
             try:
                 self._fsync_dir(directory)
             except FileNotFoundError as exc:  # written, but into a directory renamed away since
                 raise self._gone(path, anchor) from exc
-
-    def sync(self, paths: Sequence[str]) -> None:
-        """fsync files written with ``write_new(sync=False)``, then each of their directories once."""
-        if not self._fsync:
-            return
-        for path in paths:
-            try:
-                fd = os.open(self.abs_path(path), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            except FileNotFoundError as exc:  # deleted with its topic (renamed away) meanwhile
-                raise self._gone(path, None) from exc
-            except OSError as exc:
-                raise self._error("sync", path, exc) from exc
-        for directory in sorted({os.path.dirname(self.abs_path(path)) for path in paths}):
-            try:
-                self._fsync_dir(directory)
-            except FileNotFoundError as exc:
-                raise self._gone(os.path.relpath(directory, self._root), None) from exc
-            except OSError as exc:
-                raise self._error("sync", os.path.relpath(directory, self._root), exc) from exc
 
     def replace(self, path: str, data: bytes, *, anchor: str | None = None) -> None:
         final = self.abs_path(path)
@@ -348,12 +318,12 @@ class LocalFileIO:
         finally:
             os.close(fd)
 
-    def _write_all(self, fd: int, data: bytes | memoryview | pa.Buffer, *, sync: bool = True) -> None:
+    def _write_all(self, fd: int, data: bytes | memoryview | pa.Buffer) -> None:
         view = memoryview(data).cast("B")
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        if self._fsync and sync:
+        if self._fsync:
             os.fsync(fd)
 
     @staticmethod

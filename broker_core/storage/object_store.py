@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import obstore
@@ -201,13 +201,9 @@ class ObjectStoreFileIO:
 
     # -- writes ------------------------------------------------------------------------------------
 
-    def put_if_absent(self, path: str, data: bytes, *, anchor: str | None = None,
-                      ready: Callable[[], None] | None = None) -> bool:
-        """A conditional PUT; ``ready`` is called before it (nothing is durable sooner than the PUT)."""
+    def put_if_absent(self, path: str, data: bytes, *, anchor: str | None = None) -> bool:
         key = self._key(path)
         self._before_write(key, anchor)
-        if ready is not None:
-            ready()
         delay_s = 0.01
         for _attempt in range(_CONFLICT_RETRIES):
             try:
@@ -229,11 +225,10 @@ class ObjectStoreFileIO:
         )
 
     def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None,
-                  checked_by_commit: bool = False, sync: bool = True) -> None:
+                  checked_by_commit: bool = False) -> None:
         """A conditional PUT; the anchor's tombstone is checked after it, unless ``checked_by_commit``
         leaves that to the anchored commit that will name the file (its check comes later, so it
-        covers this PUT too; ``docs/PROTOCOL.md`` section 1b).  ``sync`` changes nothing: a PUT is
-        durable when it returns."""
+        covers this PUT too; ``docs/PROTOCOL.md`` section 1b)."""
         key = self._key(path)
         self._before_write(key, anchor)
         try:
@@ -244,9 +239,6 @@ class ObjectStoreFileIO:
             ) from exc
         if not checked_by_commit:
             self._after_write(key, path, anchor)
-
-    def sync(self, paths: Sequence[str]) -> None:
-        """Nothing to do: a PUT is durable when it returns."""
 
     def replace(self, path: str, data: bytes, *, anchor: str | None = None) -> None:
         key = self._key(path)

@@ -23,7 +23,6 @@ Durability rules (see ``docs/PROTOCOL.md``):
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -91,37 +90,22 @@ class FileIO(Protocol):
 
     def stat(self, path: str) -> FileStatus | None: ...
 
-    def put_if_absent(self, path: str, data: bytes, *, anchor: str | None = None,
-                      ready: Callable[[], None] | None = None) -> bool:
+    def put_if_absent(self, path: str, data: bytes, *, anchor: str | None = None) -> bool:
         """Create ``path`` with ``data`` atomically; return False if it exists already.
 
         With ``anchor`` (a directory above ``path``), only directories below the anchor may be
         created: a missing (deleted) anchor raises ``DirectoryGone`` (so do all three writes).
-        ``ready`` is called once the data is durable and before ``path`` can appear; an error from
-        it aborts the call and nothing appears.  A commit passes the wait for the segments it names
-        to be durable (``sync``; D88), so that wait overlaps the commit file's own write and fsync.
         """
         ...
 
     def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None,
-                  checked_by_commit: bool = False, sync: bool = True) -> None:
-        """Write a fresh file nobody references yet (durable before returning, unless ``sync`` is False).
+                  checked_by_commit: bool = False) -> None:
+        """Write a fresh file nobody references yet (durable before returning).
 
         ``checked_by_commit`` (with ``anchor``): the caller will either commit a file naming this
         one with an anchored ``put_if_absent``, whose check of the anchor then covers this file too
         (it was written before), or delete it.  An object store skips its own post-write check
         (one HEAD per segment); locally nothing changes.
-        ``sync=False``: not durable yet; the caller calls ``sync`` for it before any commit naming
-        it can appear (or deletes it), which lets that fsync run beside other work (D88).
-        """
-        ...
-
-    def sync(self, paths: Sequence[str]) -> None:
-        """Make files written with ``write_new(sync=False)`` durable, with their directory entries.
-
-        Local roots fsync each file, then each directory once; an object store has nothing to do
-        (a PUT is durable when it returns).  A missing file raises ``DirectoryGone`` (its topic was
-        deleted meanwhile).
         """
         ...
 

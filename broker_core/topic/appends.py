@@ -17,7 +17,6 @@ written again before the commit is retried (``Rewrite``).
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,50 +35,13 @@ from broker_core.storage import FileIO
 from broker_core.topic.append_checks import Rewrite, check_topic_id, dedup_keep_mask, filter_layout, producer_txns
 
 
-class SegmentSync:
-    """Makes a segment written with ``write_new(sync=False)`` durable exactly once (D88).
-
-    Whichever thread asks first runs ``FileIO.sync``; a later ``ensure`` waits for it to end and
-    raises its error, if any.  A producer's pool worker starts it as soon as the segment is written
-    (``producer_pipeline``), so the fsync runs while the commit builds and writes its own file; the
-    commit's ``put_if_absent`` calls ``ensure`` before the link.  Used alone (``TopicLog.append``),
-    the commit runs it itself.
-    """
-
-    __slots__ = ("_done", "_error", "_io", "_lock", "_paths", "_started")
-
-    def __init__(self, io: FileIO, paths: list[str]) -> None:
-        self._io, self._paths = io, paths
-        self._lock = threading.Lock()
-        self._started = False
-        self._done = threading.Event()
-        self._error: BaseException | None = None
-
-    def ensure(self) -> None:
-        """Return once the segment is durable; raise the sync's error if it failed."""
-        with self._lock:
-            first, self._started = not self._started, True
-        if first:
-            try:
-                self._io.sync(self._paths)
-            except BaseException as exc:
-                self._error = exc
-            finally:
-                self._done.set()
-        else:
-            self._done.wait()
-        if self._error is not None:
-            raise self._error
-
-
 @dataclass(frozen=True, slots=True, eq=False)
 class PreparedAppend:
     """A segment written for a commit that has not happened yet (see ``TopicLog.prepare``).
 
     ``table`` and ``layout`` are the rows as offered; ``keep`` marks those the segment holds
     (False: a duplicate); ``path`` is the segment's name in the topic directory, None when no row
-    was kept.  ``sync`` makes the segment durable (None: no segment); the commit that names it waits
-    for it before its link.
+    was kept.
     """
 
     table: pa.Table
@@ -92,15 +54,11 @@ class PreparedAppend:
     size_bytes: int = 0
     min_publish_ms: int = 0
     max_publish_ms: int = 0
-    sync: SegmentSync | None = None
 
 
 def upload(io: FileIO, topic_path: str, table: pa.Table, *, layout: list[int], compression: CompressionType,
            dedup: bool, keep: np.ndarray) -> PreparedAppend:
     """Write the kept rows of ``table`` as a fresh segment nobody references yet.
-
-    The segment is not fsynced yet: only ``TopicLog.commit_prepared`` commits a ``PreparedAppend``,
-    and its commit waits for ``sync`` before the link (D88).
 
     The anchor check of an object store is left to the commit (``checked_by_commit``), which comes
     after this write, or to the deletion of the segment when no commit does.
@@ -113,19 +71,10 @@ def upload(io: FileIO, topic_path: str, table: pa.Table, *, layout: list[int], c
         return PreparedAppend(table, layout, compression, dedup, keep, rows, None)
     name = new_segment_name(compression)
     data = encode_segment(rows, compression=compression)
-    # not fsynced here: ``sync`` does it, beside the commit's own write (D88)
-    io.write_new(f"{topic_path}/{name}", data, anchor=topic_path, checked_by_commit=True, sync=False)
+    io.write_new(f"{topic_path}/{name}", data, anchor=topic_path, checked_by_commit=True)
     publish = pc.min_max(rows.column("publish_time").cast(pa.int64()))
     return PreparedAppend(table, layout, compression, dedup, keep, rows, name, len(data),
-                          (publish["min"].as_py() or 0) // 1000, (publish["max"].as_py() or 0) // 1000,
-                          SegmentSync(io, [f"{topic_path}/{name}"]))
-
-
-def ensure_synced(group: Sequence[PreparedAppend]) -> None:
-    """Wait until every segment of ``group`` is durable (a commit's ``ready``: before its link)."""
-    for item in group:
-        if item.sync is not None:
-            item.sync.ensure()
+                          (publish["min"].as_py() or 0) // 1000, (publish["max"].as_py() or 0) // 1000)
 
 
 def discard(io: FileIO, topic_path: str, prepared: Sequence[PreparedAppend]) -> None:
@@ -224,5 +173,4 @@ def commit_actions(snap: Snapshot, group: Sequence[PreparedAppend], *, topic: st
     return group_actions(snap, group, now_ms=int(time.time() * 1000), txn=txn)
 
 
-__all__ = ["PreparedAppend", "SegmentSync", "commit_actions", "discard", "ensure_synced", "group_actions",
-           "group_keeps", "upload"]
+__all__ = ["PreparedAppend", "commit_actions", "discard", "group_actions", "group_keeps", "upload"]

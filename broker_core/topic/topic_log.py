@@ -52,7 +52,7 @@ from broker_core.topic.append_checks import (
     dedup_keep_mask,
     filter_layout,
 )
-from broker_core.topic.appends import PreparedAppend, commit_actions, discard, ensure_synced, upload
+from broker_core.topic.appends import PreparedAppend, commit_actions, discard, upload
 from broker_core.topic.offset_ids import ids_for_offsets, seek_offset
 from broker_core.topic.prefetch import SegmentPrefetcher
 from broker_core.topic.readahead import Readahead
@@ -228,9 +228,7 @@ class TopicLog(Waiters):
                 return actions
 
             try:
-                # the segments become durable before the commit naming them can appear (D88)
-                result = self.log.commit(build, operation=operation, parameters={"mode": "Append"},
-                                         ready=functools.partial(ensure_synced, list(group)))
+                result = self.log.commit(build, operation=operation, parameters={"mode": "Append"})
             except Rewrite as rewrite:
                 changed = [(i, k) for i, (k, item) in enumerate(zip(rewrite.keeps, group, strict=True))
                            if not np.array_equal(k, item.keep)]
