@@ -27,7 +27,7 @@ TITLES = {
     "cut": "publish delay and hold (send -> cut)",
     "upload": "pool wake-up (cut -> upload starts)",
     "encoded": "rows + Parquet encode",
-    "uploaded": "segment write (+ its fsyncs, if any)",
+    "uploaded": "segment write (+ its fsyncs before D88)",
     "commit": "wait for the commit in flight",
     "linked": "commit: snapshot, fsyncs, link",
     "receive_from_link": "consumer: link -> receive",
@@ -53,7 +53,7 @@ class ProducerTrace:
 
     def install(self) -> None:
         from broker_core.client import producer_pipeline, producer_sender
-        from broker_core.topic import appends
+        from broker_core.topic import appends, topic_log
 
         trace = self
         local = self._local
@@ -75,8 +75,15 @@ class ProducerTrace:
             try:
                 original_upload(self, q, item)
             finally:
-                trace._stamp("uploaded", local.seqs)
                 local.stage = None
+
+        original_prepare = topic_log.TopicLog.prepare
+
+        def prepare(self: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original_prepare(self, *args, **kwargs)  # the batch is "uploaded" when this returns
+            if getattr(local, "stage", None) == "upload":
+                trace._stamp("uploaded", local.seqs)
+            return out
 
         original_commit = producer_pipeline.ProducerPipeline._commit_group
 
@@ -117,6 +124,7 @@ class ProducerTrace:
 
         producer_sender.ProducerSender._launch = launch  # type: ignore[method-assign]
         producer_pipeline.ProducerPipeline._upload = upload  # type: ignore[method-assign]
+        topic_log.TopicLog.prepare = prepare  # type: ignore[method-assign]
         producer_pipeline.ProducerPipeline._commit_group = commit  # type: ignore[method-assign]
         appends.encode_segment = encode  # type: ignore[assignment]
         os.fsync = fsync
