@@ -27,7 +27,7 @@ TITLES = {
     "cut": "publish delay and hold (send -> cut)",
     "upload": "pool wake-up (cut -> upload starts)",
     "encoded": "rows + Parquet encode",
-    "uploaded": "segment write (+ its fsyncs before D88)",
+    "uploaded": "segment write, file + directory fsync",
     "commit": "wait for the commit in flight",
     "linked": "commit: snapshot, fsyncs, link",
     "receive_from_link": "consumer: link -> receive",
