@@ -66,6 +66,10 @@ import numpy as np  # noqa: E402
 
 from broker_core import Client, ConsumerType, InitialPosition  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wakeup_trace import ProducerTrace, breakdown  # noqa: E402
+from wakeup_trace import load as load_trace  # noqa: E402
+
 VALUE_BYTES = 100
 TOPIC = "persistent://public/default/bench-consume"
 SUBSCRIPTION = "bench"
@@ -137,12 +141,13 @@ def produce(producer: Any, count: int, rate: float | None, committed: np.ndarray
 
 
 def consume(
-    consumer: Any, count: int, *, latencies: bool, received: np.ndarray | None = None
+    consumer: Any, count: int, *, latencies: bool, received: np.ndarray | None = None,
+    sent: np.ndarray | None = None,
 ) -> tuple[float, np.ndarray]:
     """Receive and acknowledge ``count`` messages; returns the last ack time and latencies (ms).
 
-    With ``received``, records each receive time at the message's index in the timed run (its
-    sequence id minus the warm-up's)."""
+    With ``received`` (and ``sent``), records each receive time (and publish time, seconds) at the
+    message's index in the timed run (its sequence id minus the warm-up's)."""
     lat = np.empty(count if latencies else 0, dtype=np.float64)
     for i in range(count):
         msg = consumer.receive()
@@ -150,6 +155,8 @@ def consume(
             lat[i] = time.time() * 1000 - msg.publish_timestamp()
         if received is not None:
             received[msg.sequence_id() - WARMUP] = time.time()
+        if sent is not None:
+            sent[msg.sequence_id() - WARMUP] = msg.publish_timestamp() / 1000
         consumer.acknowledge(msg)
     return time.time(), lat
 
@@ -181,37 +188,46 @@ def ours_worker(args: dict[str, Any]) -> None:
         print("warm", flush=True)
         cpu = time.process_time()
         received = np.empty(args["count"], dtype=np.float64) if args.get("split") else None
-        end, lat = consume(consumer, args["count"], latencies=args["rate"] is not None, received=received)
+        sent = np.empty(args["count"], dtype=np.float64) if args.get("trace") else None
+        end, lat = consume(consumer, args["count"], latencies=args["rate"] is not None, received=received,
+                           sent=sent)
         cpu = time.process_time() - cpu
         np.save(args["out"], lat)
         if received is not None:
             np.save(args["out"] + ".received.npy", received)
+        if sent is not None:
+            np.save(args["out"] + ".sent.npy", sent)
         print(json.dumps({"end": end, "cpu": cpu}), flush=True)
         consumer.close()
     else:
         producer = open_producer(client, args.get("delay_ms", 10))
         print("ready", flush=True)
         produce(producer, WARMUP, None)
+        trace = ProducerTrace(args["count"], WARMUP) if args.get("trace") else None
+        if trace is not None:
+            trace.install()
         assert sys.stdin.readline().strip() == "go"
         cpu = time.process_time()
         committed = np.empty(args["count"], dtype=np.float64) if args.get("split") else None
         start = produce(producer, args["count"], args["rate"], committed)
         if committed is not None:
             np.save(args["out"] + ".committed.npy", committed)
+        if trace is not None:
+            trace.save(args["out"])
         print(json.dumps({"start": start, "cpu": time.process_time() - cpu}), flush=True)
     client.close()
 
 
 def two_processes(
     kind: str, root: str, count: int, rate: float | None, *, pipelined: bool = False, delay_ms: int = 10,
-    split: bool = False,
+    split: bool = False, trace: bool = False,
 ) -> dict[str, Any]:
     """Run ``--role consumer`` and ``--role producer`` (ours or redis) as two processes."""
     out = os.path.join(root, f"latencies-{kind.replace(':', '-')}.npy")
     procs: dict[str, subprocess.Popen[str]] = {}
     for role in ("consumer", "producer"):
         args = {"kind": kind, "role": role, "root": root, "count": count, "rate": rate, "out": out,
-                "pipelined": pipelined, "delay_ms": delay_ms, "split": split}
+                "pipelined": pipelined, "delay_ms": delay_ms, "split": split, "trace": trace}
         proc = subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(args)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         procs[role] = proc
@@ -232,6 +248,9 @@ def two_processes(
     result = {"seconds": seconds, "latencies": np.load(out), "cpu": sent["cpu"] + done["cpu"]}
     if split:  # the consumer's part alone: from the end of the producer's commit to the receive
         result["visible"] = (np.load(out + ".received.npy") - np.load(out + ".committed.npy")) * 1000
+    if trace:  # per-stage times of each message (wakeup_trace)
+        result["trace"] = load_trace(out, np.load(out + ".sent.npy"), np.load(out + ".received.npy"),
+                                     np.load(out + ".committed.npy"))
     return result
 
 
@@ -487,14 +506,18 @@ def wakeup(opts: argparse.Namespace) -> None:
     figures: dict[str, dict[str, list[np.ndarray]]] = {
         "notifications": {"latencies": [], "visible": []}, "polling": {"latencies": [], "visible": []},
     }
+    traces: list[dict[str, np.ndarray]] = []
     load_before = os.getloadavg()[0]
     for _ in range(opts.repeats):
         for label, notifications in (("notifications", True), ("polling", False)):
             root = make_root(opts.root, fsync=not opts.no_fsync, notifications=notifications)
             try:
-                result = two_processes("ours", root, count, opts.rate, delay_ms=1, split=True)
+                result = two_processes("ours", root, count, opts.rate, delay_ms=1, split=True,
+                                       trace=opts.trace and notifications)
                 for key in ("latencies", "visible"):
                     figures[label][key].append(result[key])
+                if "trace" in result:
+                    traces.append(result["trace"])
             finally:
                 shutil.rmtree(root, ignore_errors=True)
     sync = "fsync off" if opts.no_fsync else "fsync on"
@@ -509,6 +532,9 @@ def wakeup(opts: argparse.Namespace) -> None:
             verdict = ("MET" if ours <= goal else "MISSED") if key == "latencies" else ""
             target = f"<= {goal}" if key == "latencies" else ""
             print(f"{name:<28}{ours:>15.1f}{theirs:>10.1f}{ours / theirs:>7.2f}x{target:>10}{verdict:>9}")
+    if traces:
+        print("where the time goes with notifications (--trace; each stage's own p50/p99, they do not add up):")
+        print("\n".join(breakdown(traces, pct)))
 
 
 def print_table(rows: list[Row], opts: argparse.Namespace, *, load: tuple[float, float]) -> None:
@@ -589,6 +615,8 @@ def main() -> None:
     parser.add_argument("--wakeup", action="store_true",
                         help="only the wake-up latency comparison: notifications vs polling, publish delay 1 ms")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each variant in --wakeup")
+    parser.add_argument("--trace", action="store_true",
+                        help="with --wakeup: per-stage timestamps of the notification runs (wakeup_trace.py)")
     parser.add_argument("--consumer-type", choices=["Shared", "Exclusive"], default="Shared",
                         help="subscription type of our consumers (Shared claims in the cursor: a commit per round)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
