@@ -22,6 +22,7 @@ These are the worker-side tasks; ``producer_sender`` decides what runs when.
 from __future__ import annotations
 
 import time
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from broker_core.jobs.backlog_guard import BacklogQuotaGuard
     from broker_core.log.segment import CompressionType
     from broker_core.naming import TopicName
+
+
+_WANTS_ID = attrgetter("wants_id")
 
 
 class ProducerPipeline(ProducerQueueing):
@@ -88,7 +92,7 @@ class ProducerPipeline(ProducerQueueing):
                 q.commit_s = time.monotonic() - started_s  # read by the sender thread: a float, atomic
                 partition = self._queues.index(q) if self._partitioned else -1
                 for item, result in zip(ready, results, strict=True):
-                    if any(msg.wants_id for msg in item.ordered):  # a plain send_async has nobody to hand it to
+                    if any(map(_WANTS_ID, item.ordered)):  # a plain send_async has nobody to hand it to
                         self._assign_ids(q, partition, item.ordered, result.kept, result.segment)
         except BaseException as exc:
             for item in ready:
