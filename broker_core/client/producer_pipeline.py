@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from broker_core.client.builder import PendingMessage, rows_for
+from broker_core.client.builder import PendingMessage, plan_entries, rows_for
 from broker_core.client.partition_queue import DONE, UPLOADED, InFlight, PartitionQueue
 from broker_core.client.producer_queue import ProducerQueueing
 from broker_core.message_id import MessageId
@@ -48,6 +48,8 @@ class ProducerPipeline(ProducerQueueing):
     """The tasks a producer's pool workers run; ``Producer.__init__`` sets the attributes below."""
 
     _compression: CompressionType
+    _batching: bool
+    _key_based: bool
     _quota: BacklogQuotaGuard
     _partition_names: list[TopicName]
     _send_timeout_s: float | None
@@ -66,6 +68,7 @@ class ProducerPipeline(ProducerQueueing):
                 closed=lambda: self._client._closed,
                 policy_source=self._effective,
             )
+            item.ordered, item.layout = plan_entries(item.messages, batching=self._batching, key_based=self._key_based)
             table = rows_for(item.ordered, self._name, schema_version=self._schema_version)
             item.prepared = q.log.prepare(table, layout=item.layout, compression=self._compression,
                                           dedup=item.dedup, floors=item.floors)

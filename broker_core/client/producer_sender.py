@@ -23,7 +23,7 @@ from itertools import islice, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from broker_core.client.builder import PendingMessage, plan_entries
+from broker_core.client.builder import PendingMessage
 from broker_core.client.partition_queue import COMMITTING, DONE, UPLOADED, InFlight, PartitionQueue, delay_cut_s
 from broker_core.client.producer_pipeline import ProducerPipeline
 from broker_core.errors import DirectoryGone, PulsarException, TopicDeleted
@@ -41,9 +41,7 @@ class ProducerSender(ProducerPipeline):
     """The sender-thread half of a producer; ``Producer.__init__`` sets the attributes below and
     starts ``_run`` on a thread."""
 
-    _batching: bool
     _batch_delay_s: float
-    _key_based: bool
     _partition_names: list[TopicName]
     _done_cond: threading.Condition
     _last_sequence_id: int
@@ -103,14 +101,14 @@ class ProducerSender(ProducerPipeline):
         return out
 
     def _launch(self, q: PartitionQueue, batch: list[PendingMessage], dedup: bool) -> InFlight:
-        """Put a taken batch in flight behind the others of its partition (under the lock)."""
-        ordered, layout = plan_entries(batch, batching=self._batching, key_based=self._key_based)
+        """Put a taken batch in flight behind the others of its partition (under the lock; its entries
+        are planned by the upload, off the lock the send path takes for every message)."""
         floors = None
         if dedup and q.in_flight:  # the batches ahead will commit first: their sequence ids are taken
             floors = {self._name: max(item.max_sequence_id for item in q.in_flight)}
         partial = self._batching and len(batch) < self._batch_max_messages and (
             sum(map(_SIZE_BYTES, batch)) < self._batch_max_bytes)
-        item = InFlight(batch, ordered, layout, max(map(_SEQUENCE_ID, batch)), dedup, floors, partial)
+        item = InFlight(batch, batch, [], max(map(_SEQUENCE_ID, batch)), dedup, floors, partial)
         q.in_flight.append(item)
         q.in_flight_messages += len(batch)
         self._in_flight_total += len(batch)
@@ -183,10 +181,7 @@ class ProducerSender(ProducerPipeline):
         """Settle committed (or failed) batches in order: errors, the sequence id, waiters, callbacks."""
         for item in batches:
             exc = item.error
-            if exc is None:
-                with self._cond:
-                    self._last_sequence_id = max(self._last_sequence_id, item.max_sequence_id)
-            else:
+            if exc is not None:
                 error = exc if isinstance(exc, PulsarException) else PulsarException(f"commit failed: {exc!r}")
                 if isinstance(exc, TopicDeleted | DirectoryGone):  # disconnected for good, as in Pulsar
                     self._failure = error = self._failure or self._disconnected(exc)
@@ -195,6 +190,8 @@ class ProducerSender(ProducerPipeline):
                 for msg in item.messages:
                     msg.error = error
             with self._cond:
+                if exc is None:
+                    self._last_sequence_id = max(self._last_sequence_id, item.max_sequence_id)
                 q.in_flight_messages -= len(item.messages)
                 self._in_flight_total -= len(item.messages)
                 self._cond.notify_all()
