@@ -20,7 +20,9 @@ b. producer throughput on one partition with ``max_pending_messages=10000`` and 
    (``batching_max_messages=1000``), the same on 8 partitions (keys spread over them), and the
    default configuration (batching on, everything else default) on one partition: ``send_async``
    as fast as the producer takes messages; the rate is the acknowledged messages over ``--seconds``
-   after a warm-up; with the requests per 1,000 messages, per type.
+   after a warm-up; with the requests per 1,000 messages, per type, and the producer process's CPU
+   time per acknowledged message (all its threads: the figure that decides the rate where one
+   process's Python is the limit, as on 8 partitions, and that a loaded machine disturbs least).
 
 Goals from issue #13 (>= 20,000 msg/s on one partition under "standard", >= 6x that on 8) are
 printed as MET or MISSED.  Nothing is asserted.
@@ -100,14 +102,17 @@ def child_throughput(url: str, options: dict[str, str], seconds: float, partitio
     def sample() -> None:
         time.sleep(min(1.0, seconds / 2))  # warm-up: the pipeline fills
         samples.append((time.perf_counter(), producer.last_sequence_id(), _counts(client._broker.io)))
+        cpu0_s = time.process_time()
         time.sleep(seconds)
         deadline = time.perf_counter() + 30
         while producer.last_sequence_id() - samples[0][1] < 2000 and time.perf_counter() < deadline:
             time.sleep(0.5)  # a slow producer (the old one on 8 partitions) acknowledges in bursts
         samples.append((time.perf_counter(), producer.last_sequence_id(), _counts(client._broker.io)))
+        cpu_s = time.process_time() - cpu0_s
         (t0, seq0, before), (t1, seq1, after) = samples
         acked = max(seq1 - seq0, 1)
-        result = {"msg_s": acked / (t1 - t0), "per_1000": _per(after, before, 1000 / acked) if after else {}}
+        result = {"msg_s": acked / (t1 - t0), "cpu_us_msg": cpu_s / acked * 1e6,
+                  "per_1000": _per(after, before, 1000 / acked) if after else {}}
         print(json.dumps(result), flush=True)
         os._exit(0)
 
@@ -193,19 +198,22 @@ def main() -> None:
                 for partitions, tuned in ((1, True), (8, True), (1, False)):
                     label = f"{partitions} partition{'s' if partitions > 1 else ''}, {'tuned' if tuned else 'default'}"
                     rates: dict[str, float] = {}
+                    cpu: dict[str, float] = {}
                     for version, src in sources.items():
                         url, options = _root(kind, tmp, moto)
                         res = _run_child(src, {"what": "throughput", "kind": kind, "url": url, "options": options,
                                                "seconds": args.seconds, "partitions": partitions, "tuned": tuned})
                         rates[version] = table[kind, label, version] = res["msg_s"]
+                        cpu[version] = res["cpu_us_msg"]
                         verdict = ""
                         if kind == "standard" and tuned:
                             want = GOAL_MSG_S * (6 if partitions > 1 else 1)
                             verdict = f"goal >= {want}: {'MET' if res['msg_s'] >= want else 'MISSED'}"
-                        print(f"   {kind:9s} {label:24s} {version}: {res['msg_s']:9.0f} msg/s  {verdict}  "
-                              f"{res['per_1000']}", flush=True)
+                        print(f"   {kind:9s} {label:24s} {version}: {res['msg_s']:9.0f} msg/s  "
+                              f"{res['cpu_us_msg']:5.1f} us CPU/msg  {verdict}  {res['per_1000']}", flush=True)
                     if "old" in rates:
-                        print(f"   {'':9s} {label:24s} new/old: {rates['new'] / rates['old']:.2f}x")
+                        print(f"   {'':9s} {label:24s} new/old: {rates['new'] / rates['old']:.2f}x msg/s, "
+                              f"{cpu['new'] / cpu['old']:.2f}x CPU per message")
             if "local" in kinds:
                 print("c. object store against the local root, this checkout (local: the CPU ceiling here)")
                 for (kind, label, version), rate in table.items():

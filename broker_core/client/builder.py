@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +35,8 @@ class PendingMessage:
     deliver_at_ms: int | None
     size_bytes: int
     callback: Callable[[PendingMessage], None] | None = None
+    enqueued_s: float = 0.0  # (monotonic; passed positionally by the send path, which sets all fields up to here)
+    wants_id: bool = True  # False for a send_async without callback: nobody reads its MessageId
     result: MessageId | None = None
     error: BaseException | None = None
     done: bool = False
@@ -40,8 +44,6 @@ class PendingMessage:
     chunk_id: int | None = None
     num_chunks: int | None = None
     chunk_total_size_bytes: int | None = None
-    enqueued_s: float = 0.0
-    wants_id: bool = True  # False for a send_async without callback: nobody reads its MessageId
 
     @property
     def is_chunk(self) -> bool:
@@ -53,8 +55,33 @@ class PendingMessage:
         return self.ordering_key if self.ordering_key else self.key
 
 
+_VALUE = attrgetter("value")
+_KEY = attrgetter("key")
+_ORDERING_KEY = attrgetter("ordering_key")
+_PROPERTIES = attrgetter("properties")
+_SEQUENCE_ID = attrgetter("sequence_id")
+_PUBLISH_TIME_MS = attrgetter("publish_time_ms")
+_EVENT_TIME_MS = attrgetter("event_time_ms")
+_DELIVER_AT_MS = attrgetter("deliver_at_ms")
+_NUM_CHUNKS = attrgetter("num_chunks")
+_CHUNK_FIELDS = attrgetter("chunk_uuid", "chunk_id", "num_chunks", "chunk_total_size_bytes")
+_TS_US = pa.timestamp("us", tz="UTC")
+
+
+def _column(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """An Arrow column of ``values``; all-null (the common case for the optional fields) without a scan."""
+    if values.count(None) == len(values):
+        return pa.nulls(len(values), kind)
+    return pa.array(values, kind)
+
+
 def _ts_us(values: list[int | None]) -> pa.Array:
-    return pa.array([None if v is None else v * 1000 for v in values], pa.timestamp("us", tz="UTC"))
+    """Milliseconds (or None) as microsecond timestamps."""
+    if values.count(None) == len(values):
+        return pa.nulls(len(values), _TS_US)
+    if None in values:
+        return pa.array([None if v is None else v * 1000 for v in values], _TS_US)
+    return pa.array(np.array(values, dtype=np.int64) * 1000).view(_TS_US)
 
 
 # The sticky key hash of a message with neither key nor ordering key (``NONE_KEY``'s), worked out
@@ -64,34 +91,61 @@ _KEYLESS_HASH = sticky_key_hash_array(pa.nulls(1, pa.binary()), pa.nulls(1, pa.s
 
 
 def rows_for(pending: list[PendingMessage], producer_name: str, *, schema_version: bytes | None = None) -> pa.Table:
-    """The segment rows of ``pending``, in order (all written under the producer's ``schema_version``)."""
+    """The segment rows of ``pending``, in order (all written under the producer's ``schema_version``).
+
+    It runs on a pool worker for every batch, holding the GIL the send path needs: each column is
+    pulled out with one C-level ``map`` and converted by Arrow, and the columns that are all null
+    (keys, properties, delays, chunks, usually) are made without looking at their values twice.
+    """
     n = len(pending)
-    ordering = pa.array([p.ordering_key for p in pending], pa.binary())
-    keys = pa.array([p.key for p in pending], pa.string())
-    props = [list(p.properties.items()) if p.properties else None for p in pending]
+    ordering = _column(list(map(_ORDERING_KEY, pending)), pa.binary())
+    keys = _column(list(map(_KEY, pending)), pa.string())
     if ordering.null_count == n and keys.null_count == n:
         sticky = pa.array(np.full(n, _KEYLESS_HASH, dtype=np.int32))
     else:
         sticky = sticky_key_hash_array(ordering, keys).cast(pa.int32())
-    columns = {
-        "value": pa.array([p.value for p in pending], pa.binary()),
-        "key": keys,
-        "ordering_key": ordering,
-        "sticky_key_hash": sticky,
-        "properties": pa.array(props, pa.map_(pa.string(), pa.string())),
-        "producer_name": pa.array([producer_name] * n, pa.string()),
-        "sequence_id": pa.array([p.sequence_id for p in pending], pa.int64()),
-        "publish_time": _ts_us([p.publish_time_ms for p in pending]),
-        "event_time": _ts_us([p.event_time_ms for p in pending]),
-        "deliver_at": _ts_us([p.deliver_at_ms for p in pending]),
-        "schema_version": pa.nulls(n, pa.binary()) if schema_version is None
-        else pa.array([schema_version] * n, pa.binary()),
-        "chunk_uuid": pa.array([p.chunk_uuid for p in pending], pa.string()),
-        "chunk_id": pa.array([p.chunk_id for p in pending], pa.int32()),
-        "num_chunks": pa.array([p.num_chunks for p in pending], pa.int32()),
-        "chunk_total_size_bytes": pa.array([p.chunk_total_size_bytes for p in pending], pa.int64()),
-    }
-    return pa.Table.from_pydict(columns, schema=SEGMENT_SCHEMA)
+    props = list(map(_PROPERTIES, pending))
+    if props.count(None) == n:
+        properties = pa.nulls(n, _PROPERTIES_TYPE)
+    else:
+        properties = pa.array([list(p.items()) if p else None for p in props], _PROPERTIES_TYPE)
+    num_chunks = list(map(_NUM_CHUNKS, pending))
+    if num_chunks.count(None) == n:
+        chunk_uuid, chunk_id, chunk_count, chunk_total = (pa.nulls(n, kind) for kind in _CHUNK_TYPES)
+    else:
+        fields = zip(*map(_CHUNK_FIELDS, pending), strict=True)  # one tuple per chunk column
+        chunk_uuid, chunk_id, chunk_count, chunk_total = (
+            pa.array(list(values), kind) for values, kind in zip(fields, _CHUNK_TYPES, strict=True)
+        )
+    columns = [
+        pa.array(list(map(_VALUE, pending)), pa.binary()),
+        keys,
+        ordering,
+        sticky,
+        properties,
+        pa.repeat(pa.scalar(producer_name, pa.string()), n),
+        pa.array(np.array(list(map(_SEQUENCE_ID, pending)), dtype=np.int64)),
+        _ts_us(list(map(_PUBLISH_TIME_MS, pending))),
+        _ts_us(list(map(_EVENT_TIME_MS, pending))),
+        _ts_us(list(map(_DELIVER_AT_MS, pending))),
+        pa.nulls(n, pa.binary()) if schema_version is None else pa.repeat(pa.scalar(schema_version, pa.binary()), n),
+        chunk_uuid,
+        chunk_id,
+        chunk_count,
+        chunk_total,
+    ]
+    return pa.Table.from_arrays(columns, schema=SEGMENT_SCHEMA)
+
+
+_PROPERTIES_TYPE = SEGMENT_SCHEMA.field("properties").type
+_CHUNK_TYPES = tuple(SEGMENT_SCHEMA.field(name).type
+                     for name in ("chunk_uuid", "chunk_id", "num_chunks", "chunk_total_size_bytes"))
+
+
+def _all_plain(pending: list[PendingMessage]) -> bool:
+    """No delayed message and no chunk among ``pending`` (two C-level passes, no Python per message)."""
+    n = len(pending)
+    return list(map(_DELIVER_AT_MS, pending)).count(None) == n and list(map(_NUM_CHUNKS, pending)).count(None) == n
 
 
 def plan_entries(
@@ -105,6 +159,8 @@ def plan_entries(
     """
     if not batching:
         return pending, [-len(pending)]
+    if not key_based and _all_plain(pending):  # the common batch: one entry, in send order
+        return pending, [len(pending)]
     ordered: list[PendingMessage] = []
     layout: list[int] = []
     run: list[PendingMessage] = []

@@ -27,8 +27,8 @@ class InFlight:
     """
 
     messages: list[PendingMessage]  # as taken, in send order
-    ordered: list[PendingMessage]  # in commit order (``plan_entries``)
-    layout: list[int]
+    ordered: list[PendingMessage]  # in commit order (``plan_entries``, run by the upload)
+    layout: list[int]  # the entry layout of ``ordered`` (set with it by the upload)
     max_sequence_id: int
     dedup: bool
     floors: dict[str, int] | None

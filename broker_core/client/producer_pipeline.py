@@ -22,11 +22,12 @@ These are the worker-side tasks; ``producer_sender`` decides what runs when.
 from __future__ import annotations
 
 import time
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from broker_core.client.builder import PendingMessage, rows_for
+from broker_core.client.builder import PendingMessage, plan_entries, rows_for
 from broker_core.client.partition_queue import DONE, UPLOADED, InFlight, PartitionQueue
 from broker_core.client.producer_queue import ProducerQueueing
 from broker_core.message_id import MessageId
@@ -40,10 +41,15 @@ if TYPE_CHECKING:
     from broker_core.naming import TopicName
 
 
+_WANTS_ID = attrgetter("wants_id")
+
+
 class ProducerPipeline(ProducerQueueing):
     """The tasks a producer's pool workers run; ``Producer.__init__`` sets the attributes below."""
 
     _compression: CompressionType
+    _batching: bool
+    _key_based: bool
     _quota: BacklogQuotaGuard
     _partition_names: list[TopicName]
     _send_timeout_s: float | None
@@ -62,6 +68,7 @@ class ProducerPipeline(ProducerQueueing):
                 closed=lambda: self._client._closed,
                 policy_source=self._effective,
             )
+            item.ordered, item.layout = plan_entries(item.messages, batching=self._batching, key_based=self._key_based)
             table = rows_for(item.ordered, self._name, schema_version=self._schema_version)
             item.prepared = q.log.prepare(table, layout=item.layout, compression=self._compression,
                                           dedup=item.dedup, floors=item.floors)
@@ -88,7 +95,7 @@ class ProducerPipeline(ProducerQueueing):
                 q.commit_s = time.monotonic() - started_s  # read by the sender thread: a float, atomic
                 partition = self._queues.index(q) if self._partitioned else -1
                 for item, result in zip(ready, results, strict=True):
-                    if any(msg.wants_id for msg in item.ordered):  # a plain send_async has nobody to hand it to
+                    if any(map(_WANTS_ID, item.ordered)):  # a plain send_async has nobody to hand it to
                         self._assign_ids(q, partition, item.ordered, result.kept, result.segment)
         except BaseException as exc:
             for item in ready:

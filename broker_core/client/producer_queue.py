@@ -27,7 +27,7 @@ from broker_core.clock import SystemClock
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, MessageTooBig, ProducerQueueIsFull
 from broker_core.message import Message
 from broker_core.message_id import MessageId
-from broker_core.producer.routing import CustomRouter
+from broker_core.producer.routing import CustomRouter, RoundRobinRouter
 
 if TYPE_CHECKING:
     import threading
@@ -86,7 +86,7 @@ class ProducerQueueing(ProducerConnection):
         props = None
         if not (
             properties is None
-            and partition_key is None
+            and (partition_key is None or (type(partition_key) is str and partition_key.isascii()))
             and ordering_key is None
             and sequence_id is None
             and replication_clusters is None
@@ -94,7 +94,8 @@ class ProducerQueueing(ProducerConnection):
             and event_timestamp is None
             and deliver_at is None
             and deliver_after is None
-        ):  # the plain send skips the argument checks: they cost more than the rest of the send
+        ):  # a plain send (or one with an ASCII key alone) skips the argument checks: they cost more
+            # than the rest of the send
             props = check_send_arguments(
                 properties,
                 partition_key,
@@ -115,9 +116,10 @@ class ProducerQueueing(ProducerConnection):
             deliver_ms = publish_ms + int(deliver_after.total_seconds() * 1000)
         size = len(data) if data is not None else 0
         policies = self._policy_cache  # (``_effective()`` re-reads them once a second)
+        now = time.monotonic()
         max_size = (
             policies.max_message_size
-            if policies is not None and time.monotonic() < self._policy_expires
+            if policies is not None and now < self._policy_expires
             else self._max_message_size
         )
         if size > max_size and not self._chunking:
@@ -131,7 +133,7 @@ class ProducerQueueing(ProducerConnection):
             if self._router is None:
                 raise InvalidConfiguration("partitioned producer without a router")
             routed: object = content
-            if isinstance(self._router, CustomRouter):
+            if type(self._router) is not RoundRobinRouter and isinstance(self._router, CustomRouter):
                 # the official client hands a custom router the Message being sent
                 routed = Message(
                     _data=data,
@@ -157,14 +159,12 @@ class ProducerQueueing(ProducerConnection):
             else:
                 seq = sequence_id
             q = self._queues[partition]
-            now = time.monotonic()
             was_empty = not q.messages
             bytes_before = q.bytes
             pending = PendingMessage(
-                data, partition_key, ordering, props, seq, publish_ms, event_timestamp, deliver_ms, size, callback
+                data, partition_key, ordering, props, seq, publish_ms, event_timestamp, deliver_ms, size, callback,
+                now, flush or callback is not None,
             )
-            pending.enqueued_s = now
-            pending.wants_id = flush or callback is not None
             if data is None or size <= max_size:
                 queued, total = len(q.messages), self._pending_total
                 if (queued >= self._max_pending and queued > 0) or (

@@ -19,9 +19,11 @@ a deleted topic or a fencing fails the producer for good.
 from __future__ import annotations
 
 import time
+from itertools import islice, repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from broker_core.client.builder import PendingMessage, plan_entries
+from broker_core.client.builder import PendingMessage
 from broker_core.client.partition_queue import COMMITTING, DONE, UPLOADED, InFlight, PartitionQueue, delay_cut_s
 from broker_core.client.producer_pipeline import ProducerPipeline
 from broker_core.errors import DirectoryGone, PulsarException, TopicDeleted
@@ -31,14 +33,15 @@ if TYPE_CHECKING:
 
     from broker_core.naming import TopicName
 
+_SIZE_BYTES = attrgetter("size_bytes")
+_SEQUENCE_ID = attrgetter("sequence_id")
+
 
 class ProducerSender(ProducerPipeline):
     """The sender-thread half of a producer; ``Producer.__init__`` sets the attributes below and
     starts ``_run`` on a thread."""
 
-    _batching: bool
     _batch_delay_s: float
-    _key_based: bool
     _partition_names: list[TopicName]
     _done_cond: threading.Condition
     _last_sequence_id: int
@@ -69,6 +72,21 @@ class ProducerSender(ProducerPipeline):
     def _take(self, q: PartitionQueue) -> list[PendingMessage]:
         limit = self._batch_max_messages if self._batching else 10_000
         byte_limit = self._batch_max_bytes if self._batching else 16 << 20
+        messages = q.messages
+        count = min(len(messages), limit)
+        head = list(islice(messages, count))
+        total_bytes = sum(map(_SIZE_BYTES, head))
+        if head and total_bytes - head[-1].size_bytes < byte_limit and not (
+            head[-1].is_chunk and head[-1].chunk_id != (head[-1].num_chunks or 0) - 1
+        ):  # the loop below would take exactly ``head``: take it without a Python step per message
+            if count == len(messages):
+                messages.clear()
+            else:
+                for _ in repeat(None, count):
+                    messages.popleft()
+            q.bytes -= total_bytes
+            q.taken += count
+            return head
         out: list[PendingMessage] = []
         size = 0
         while q.messages and (
@@ -83,14 +101,14 @@ class ProducerSender(ProducerPipeline):
         return out
 
     def _launch(self, q: PartitionQueue, batch: list[PendingMessage], dedup: bool) -> InFlight:
-        """Put a taken batch in flight behind the others of its partition (under the lock)."""
-        ordered, layout = plan_entries(batch, batching=self._batching, key_based=self._key_based)
+        """Put a taken batch in flight behind the others of its partition (under the lock; its entries
+        are planned by the upload, off the lock the send path takes for every message)."""
         floors = None
         if dedup and q.in_flight:  # the batches ahead will commit first: their sequence ids are taken
             floors = {self._name: max(item.max_sequence_id for item in q.in_flight)}
         partial = self._batching and len(batch) < self._batch_max_messages and (
-            sum(msg.size_bytes for msg in batch) < self._batch_max_bytes)
-        item = InFlight(batch, ordered, layout, max(msg.sequence_id for msg in batch), dedup, floors, partial)
+            sum(map(_SIZE_BYTES, batch)) < self._batch_max_bytes)
+        item = InFlight(batch, batch, [], max(map(_SEQUENCE_ID, batch)), dedup, floors, partial)
         q.in_flight.append(item)
         q.in_flight_messages += len(batch)
         self._in_flight_total += len(batch)
@@ -163,10 +181,7 @@ class ProducerSender(ProducerPipeline):
         """Settle committed (or failed) batches in order: errors, the sequence id, waiters, callbacks."""
         for item in batches:
             exc = item.error
-            if exc is None:
-                with self._cond:
-                    self._last_sequence_id = max(self._last_sequence_id, item.max_sequence_id)
-            else:
+            if exc is not None:
                 error = exc if isinstance(exc, PulsarException) else PulsarException(f"commit failed: {exc!r}")
                 if isinstance(exc, TopicDeleted | DirectoryGone):  # disconnected for good, as in Pulsar
                     self._failure = error = self._failure or self._disconnected(exc)
@@ -175,6 +190,8 @@ class ProducerSender(ProducerPipeline):
                 for msg in item.messages:
                     msg.error = error
             with self._cond:
+                if exc is None:
+                    self._last_sequence_id = max(self._last_sequence_id, item.max_sequence_id)
                 q.in_flight_messages -= len(item.messages)
                 self._in_flight_total -= len(item.messages)
                 self._cond.notify_all()

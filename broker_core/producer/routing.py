@@ -33,6 +33,8 @@ from broker_core.hashing import (
 )
 
 KeyColumn: TypeAlias = "pa.Array | pa.ChunkedArray"
+KEY_CACHE_ENTRIES = 65_536
+"""How many keys a router remembers the partition of (a dict of short strings: a few MB at most)."""
 
 
 class PartitionsRoutingMode(enum.IntEnum):
@@ -148,6 +150,7 @@ class _KeyHashRouter(MessageRouter):
     def __init__(self, num_partitions: int, scheme: HashingScheme | int | str) -> None:
         super().__init__(num_partitions)
         self._scheme = HashingScheme.coerce(scheme)
+        self._partition_of: dict[str, int] = {}  # keys routed so far (``choose``), at most KEY_CACHE_ENTRIES
 
     @property
     def scheme(self) -> HashingScheme:
@@ -159,8 +162,22 @@ class _KeyHashRouter(MessageRouter):
         """Partitions for ``count`` consecutive keyless messages."""
 
     def choose(self, key: str | None, message: object = None) -> int:
+        # A partitioned producer calls this once per message: a key seen before is a dict look-up
+        # (hashing even a short key in Python costs more than the rest of routing).
+        if type(key) is str:
+            cached = self._partition_of.get(key)
+            if cached is not None:
+                return cached
         if _has_key(key):
-            return partition_for_key(key, self._num_partitions, self._scheme)  # type: ignore[arg-type]
+            partition = partition_for_key(key, self._num_partitions, self._scheme)  # type: ignore[arg-type]
+            if len(self._partition_of) >= KEY_CACHE_ENTRIES:
+                self._partition_of.clear()  # many distinct keys: start over rather than grow without bound
+            self._partition_of[key] = partition  # type: ignore[index]
+            return partition
+        return self._keyless_one()
+
+    def _keyless_one(self) -> int:
+        """The partition of one keyless message (``_keyless(1)`` without the array)."""
         return int(self._keyless(1)[0])
 
     def choose_many(self, keys: KeyColumn, messages: Sequence[object] | None = None) -> np.ndarray:
@@ -227,6 +244,14 @@ class RoundRobinRouter(_KeyHashRouter):
         """How long keyless messages stay on one partition when batching (>= 1 ms)."""
         return self._partition_switch_ms
 
+    def _keyless_one(self) -> int:
+        if self._batching_enabled:
+            return (self._clock.now_ms() // self._partition_switch_ms + self._start_index) % self._num_partitions
+        with self._lock:
+            first = self._next_counter
+            self._next_counter += 1
+        return first % self._num_partitions
+
     def _keyless(self, count: int) -> np.ndarray:
         if self._batching_enabled:
             # One clock reading per call: a bulk append is one batch written at one instant.
@@ -272,6 +297,9 @@ class SinglePartitionRouter(_KeyHashRouter):
     @property
     def partition(self) -> int:
         """The partition keyless messages go to."""
+        return self._partition
+
+    def _keyless_one(self) -> int:
         return self._partition
 
     def _keyless(self, count: int) -> np.ndarray:

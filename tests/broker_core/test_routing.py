@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from broker_core.clock import ManualClock
 from broker_core.errors import InvalidConfiguration
 from broker_core.hashing import HashingScheme, java_string_hash, murmur3_32_hash
+from broker_core.producer import routing
 from broker_core.producer.routing import (
     CustomRouter,
     MessageRouter,
@@ -48,6 +49,22 @@ def test_partitions_for_keys_matches_per_key(
     assert result.dtype == np.int32
     expected = [partition_for_key(k, count, scheme) if k else -1 for k in keys]
     assert result.tolist() == expected
+
+
+@given(st.lists(st.text(max_size=6), max_size=40), st.integers(1, 9), SCHEMES)
+def test_choose_per_message_matches_the_hash_when_keys_repeat(keys: list[str], count: int,
+                                                              scheme: HashingScheme) -> None:
+    router = SinglePartitionRouter(count, scheme=scheme, partition=0)
+    expected = [partition_for_key(k, count, scheme) if k else 0 for k in keys]
+    assert [router.choose(k) for k in keys + keys] == expected + expected  # the second round is remembered
+
+
+def test_choose_remembers_a_bounded_number_of_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(routing, "KEY_CACHE_ENTRIES", 8)
+    router = RoundRobinRouter(7, scheme=HashingScheme.Murmur3_32Hash)
+    keys = [f"key-{i}" for i in range(30)] * 3
+    assert [router.choose(k) for k in keys] == [partition_for_key(k, 7, HashingScheme.Murmur3_32Hash) for k in keys]
+    assert 0 < len(router._partition_of) <= 8
 
 
 def test_partitions_for_keys_chunked_and_dictionary() -> None:
