@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -18,12 +19,15 @@ from broker_core.log.segment import SEGMENT_SCHEMA
 from broker_core.log.segment_ref import normalise_layout
 from broker_core.message_id import MessageId
 
+if TYPE_CHECKING:
+    from broker_core.schema.avro_encode import RecordEncoder
+
 
 @dataclass(slots=True)
 class PendingMessage:
     """A message accepted by ``send``/``send_async`` and not yet committed."""
 
-    value: bytes | None
+    value: bytes | tuple[Any, ...] | None  # a tuple: a record whose encoding was deferred to the batch (D91)
     key: str | None
     ordering_key: bytes | None
     properties: dict[str, str] | None
@@ -63,9 +67,12 @@ def _ts_us(values: list[int | None]) -> pa.Array:
 _KEYLESS_HASH = sticky_key_hash_array(pa.nulls(1, pa.binary()), pa.nulls(1, pa.string()))[0].as_py()
 
 
-def rows_for(pending: list[PendingMessage], producer_name: str, *, schema_version: bytes | None = None) -> pa.Table:
-    """The segment rows of ``pending``, in order (all written under the producer's ``schema_version``)."""
+def rows_for(pending: list[PendingMessage], producer_name: str, *, schema_version: bytes | None = None,
+             encoder: RecordEncoder | None = None) -> pa.Table:
+    """The segment rows of ``pending``, in order (all written under the producer's ``schema_version``;
+    ``encoder`` encodes the payloads its producer deferred at send, D91)."""
     n = len(pending)
+    values = [p.value for p in pending]
     ordering = pa.array([p.ordering_key for p in pending], pa.binary())
     keys = pa.array([p.key for p in pending], pa.string())
     props = [list(p.properties.items()) if p.properties else None for p in pending]
@@ -74,7 +81,7 @@ def rows_for(pending: list[PendingMessage], producer_name: str, *, schema_versio
     else:
         sticky = sticky_key_hash_array(ordering, keys).cast(pa.int32())
     columns = {
-        "value": pa.array([p.value for p in pending], pa.binary()),
+        "value": pa.array(values, pa.binary()) if encoder is None else encoder.column(values),
         "key": keys,
         "ordering_key": ordering,
         "sticky_key_hash": sticky,

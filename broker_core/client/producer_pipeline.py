@@ -62,7 +62,7 @@ class ProducerPipeline(ProducerQueueing):
                 closed=lambda: self._client._closed,
                 policy_source=self._effective,
             )
-            table = rows_for(item.ordered, self._name, schema_version=self._schema_version)
+            table = rows_for(item.ordered, self._name, schema_version=self._schema_version, encoder=self._bulk)
             item.prepared = q.log.prepare(table, layout=item.layout, compression=self._compression,
                                           dedup=item.dedup, floors=item.floors)
         except BaseException as exc:  # resolved with the batch, in order, by the sender thread

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from fastavro._read_common import SchemaResolutionError
 
 from broker_core.errors import PayloadTypeError, PulsarException, SchemaDefinitionError, SchemaNotFound
+from broker_core.schema.avro_encode import RecordEncoder
 from broker_core.schema.avro_vector import decode_unresolved
 from broker_core.schema.base import Schema
 from broker_core.schema.info import SchemaInfo, SchemaType
@@ -109,6 +110,23 @@ class AvroSchema(Schema):
     def encode(self, value: Any) -> bytes:
         buffer = io.BytesIO()
         datum = value.__dict__ if type(value) is self._plain_cls else self._datum(value)
+        try:
+            _write(buffer, self._parsed, datum)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise PayloadTypeError(f"value does not fit the Avro schema {self._definition_name()}: {exc}") from None
+        return buffer.getvalue()
+
+    def deferred_encoder(self) -> RecordEncoder | None:
+        """Whole batches encoded at once (``avro_encode``) for a record class of plain fields; None
+        otherwise (``encode`` per send).  A new encoder per producer (no state is shared)."""
+        if self._plain_cls is None or self.schema_type is not SchemaType.AVRO or type(self).encode is not \
+                AvroSchema.encode:
+            return None
+        encoder = RecordEncoder.for_definition(self._definition, self._encode_datum)
+        return None if encoder is None else encoder.deferring(self._plain_cls, self.encode)
+
+    def _encode_datum(self, datum: dict[str, Any]) -> bytes:
+        buffer = io.BytesIO()
         try:
             _write(buffer, self._parsed, datum)
         except (ValueError, TypeError, AttributeError) as exc:

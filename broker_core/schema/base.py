@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_core.schema.info import SchemaInfo, SchemaType
+
+if TYPE_CHECKING:
+    from broker_core.schema.avro_encode import RecordEncoder
 
 # (topic, 8-byte schema version) -> the SchemaInfo registered under it, or None if unknown.
 WriterLookup = Callable[[str, bytes], "SchemaInfo | None"]
@@ -67,6 +70,12 @@ class Schema(ABC):
     def decode_message(self, msg: EncodedMessage) -> Any:
         """The value of a received message (the writer's schema version may differ from this one)."""
         return self.decode(msg.data())
+
+    def deferred_encoder(self) -> RecordEncoder | None:
+        """An encoder whose ``defer`` a producer calls per send instead of ``encode``, and whose
+        ``column`` encodes the deferred payloads of a whole batch when it is cut (``avro_encode``);
+        None (the default): ``encode`` at every send."""
+        return None
 
     def decode_values(self, payloads: Any, versions: Any, topic: str) -> list[Any] | None:
         """The values of a column of payloads read together (``payloads``: a pyarrow binary array,
