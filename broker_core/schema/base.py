@@ -81,7 +81,8 @@ class Schema(ABC):
         """The values of a column of payloads read together (``payloads``: a pyarrow binary array,
         ``versions`` its ``schema_version`` column), each exactly what ``decode_message`` would give
         for its message once passed to ``value_of_datum``; None when the batch must be decoded message by
-        message (the default)."""
+        message (the default).  Tuples are immutable rows: ``value_of_datum`` must then build a new value
+        from one at every call (the batch hands the same row out again); any other datum is handed out once."""
         return None
 
     def value_of_datum(self, datum: Any) -> Any:
