@@ -143,8 +143,8 @@ class RowBatch:
     every message decodes alone.
     """
 
-    __slots__ = ("_column", "_entries", "_indexes", "_schema", "_values", "_versions", "ledger_id", "partition",
-                 "payloads", "topic")
+    __slots__ = ("_column", "_entries", "_indexes", "_of_row", "_rows", "_schema", "_values", "_versions",
+                 "ledger_id", "partition", "payloads", "topic")
 
     def __init__(self, payloads: list[bytes | None], entries: list[int], indexes: list[int], *, ledger_id: int,
                  partition: int, topic: str, schema: Schema | None, column: pa.ChunkedArray,
@@ -159,18 +159,27 @@ class RowBatch:
         self._column: pa.ChunkedArray | None = column if schema is not None else None
         self._versions: pa.ChunkedArray | None = versions if schema is not None else None
         self._values: dict[int, Any] | None = None if schema is not None else {}
+        self._rows: list[tuple[Any, ...]] | None = None  # decoded rows that each ``value()`` builds anew
+        self._of_row: Any = None  # the schema's ``value_of_datum`` for them
 
     def message_id(self, row: int) -> MessageId:
         return MessageId._trusted(self.partition, self.ledger_id, self._entries[row], self._indexes[row], self.topic)
 
     def value(self, row: int) -> Any:
         """The decoded value of ``row`` (once), or ``_UNDECODED``."""
+        rows = self._rows
+        if rows is not None:  # immutable rows: the schema builds a new value from one at every call
+            return self._of_row(rows[row])
         values = self._values
         if values is None:
             column, versions, self._column, self._versions = self._column, self._versions, None, None
             decoded = None
             if self._schema is not None and column is not None and versions is not None:
                 decoded = self._schema.decode_values(column.combine_chunks(), versions.combine_chunks(), self.topic)
+            if decoded and type(decoded[0]) is tuple:
+                assert self._schema is not None
+                self._of_row, self._rows = self._schema.value_of_datum, decoded
+                return self.value(row)
             # by row, so that taking one is a single ``pop`` (atomic: two threads never get the same datum)
             values = self._values = dict(enumerate(decoded)) if decoded is not None else {}
         datum = values.pop(row, _UNDECODED)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,12 +20,15 @@ from broker_core.log.segment import SEGMENT_SCHEMA
 from broker_core.log.segment_ref import normalise_layout
 from broker_core.message_id import MessageId
 
+if TYPE_CHECKING:
+    from broker_core.schema.avro_encode import RecordEncoder
+
 
 @dataclass(slots=True)
 class PendingMessage:
     """A message accepted by ``send``/``send_async`` and not yet committed."""
 
-    value: bytes | None
+    value: bytes | tuple[Any, ...] | None  # a tuple: a record whose encoding was deferred to the batch (D91)
     key: str | None
     ordering_key: bytes | None
     properties: dict[str, str] | None
@@ -90,8 +93,10 @@ def _ts_us(values: list[int | None]) -> pa.Array:
 _KEYLESS_HASH = sticky_key_hash_array(pa.nulls(1, pa.binary()), pa.nulls(1, pa.string()))[0].as_py()
 
 
-def rows_for(pending: list[PendingMessage], producer_name: str, *, schema_version: bytes | None = None) -> pa.Table:
-    """The segment rows of ``pending``, in order (all written under the producer's ``schema_version``).
+def rows_for(pending: list[PendingMessage], producer_name: str, *, schema_version: bytes | None = None,
+             encoder: RecordEncoder | None = None) -> pa.Table:
+    """The segment rows of ``pending``, in order (all written under the producer's ``schema_version``;
+    ``encoder`` encodes the payloads its producer deferred at send, D91).
 
     It runs on a pool worker for every batch, holding the GIL the send path needs: each column is
     pulled out with one C-level ``map`` and converted by Arrow, and the columns that are all null
@@ -118,7 +123,8 @@ def rows_for(pending: list[PendingMessage], producer_name: str, *, schema_versio
             pa.array(list(values), kind) for values, kind in zip(fields, _CHUNK_TYPES, strict=True)
         )
     columns = [
-        pa.array(list(map(_VALUE, pending)), pa.binary()),
+        pa.array(list(map(_VALUE, pending)), pa.binary()) if encoder is None
+        else encoder.column(list(map(_VALUE, pending))),
         keys,
         ordering,
         sticky,

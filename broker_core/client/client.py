@@ -45,7 +45,7 @@ from broker_core.message import BytesSchema, Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
 from broker_core.producer.registry import ProducerAccessMode
-from broker_core.producer.routing import MessageRouter, PartitionsRoutingMode, router_for
+from broker_core.producer.routing import CustomRouter, MessageRouter, PartitionsRoutingMode, router_for
 from broker_core.schema.info import SchemaInfo
 from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
 from broker_core.subscription.cursor import ConsumerType
@@ -204,6 +204,11 @@ class Client(ClientCore):
             properties=props,
         )
         producer._encryptor = encryptor  # before any send: the caller has not seen the producer yet
+        # records encoded a batch at a time (D91), unless each send's payload is needed at once: to
+        # encrypt it, to chunk it, or to hand it to a custom router
+        bulk = schema.deferred_encoder()
+        if bulk is not None and encryptor is None and not chunking_enabled and not isinstance(router, CustomRouter):
+            producer._bulk, producer._encode = bulk, bulk.defer
         producer._schema_version = schema_version
         producer._key_from_value = schema.separated_key
         with self._lock:

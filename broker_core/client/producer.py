@@ -95,6 +95,7 @@ class Producer(ProducerSender):
         self._partitioned = len(partitions) > 1 or partitions[0] != topic
         self._name = producer_name
         self._schema = schema
+        self._encode = schema.encode
         self._send_timeout_s = send_timeout_millis / 1000 if send_timeout_millis > 0 else None
         self._compression = compression_type
         self._max_pending = max_pending_messages

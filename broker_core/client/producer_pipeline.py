@@ -69,7 +69,7 @@ class ProducerPipeline(ProducerQueueing):
                 policy_source=self._effective,
             )
             item.ordered, item.layout = plan_entries(item.messages, batching=self._batching, key_based=self._key_based)
-            table = rows_for(item.ordered, self._name, schema_version=self._schema_version)
+            table = rows_for(item.ordered, self._name, schema_version=self._schema_version, encoder=self._bulk)
             item.prepared = q.log.prepare(table, layout=item.layout, compression=self._compression,
                                           dedup=item.dedup, floors=item.floors)
         except BaseException as exc:  # resolved with the batch, in order, by the sender thread

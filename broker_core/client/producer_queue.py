@@ -36,12 +36,15 @@ if TYPE_CHECKING:
     from broker_core.crypto import MessageEncryptor
     from broker_core.message import Schema
     from broker_core.producer.routing import MessageRouter
+    from broker_core.schema.avro_encode import RecordEncoder
 
 
 class ProducerQueueing(ProducerConnection):
     """The send path of a producer, up to its queues; ``Producer.__init__`` sets the attributes below."""
 
     _schema: Schema
+    _encode: Callable[[Any], Any]  # the schema's per-send encoder (``Client.create_producer`` picks it)
+    _bulk: RecordEncoder | None = None  # encodes the deferred payloads of a batch (D91)
     _schema_version: bytes | None = None  # the registry version every row is written under (set on creation)
     _key_from_value: bool = False  # KeyValue SEPARATED: the key's encoding is the message key
     _chunking: bool
@@ -82,7 +85,7 @@ class ProducerQueueing(ProducerConnection):
         if self._key_from_value and content is not None:  # KeyValue SEPARATED: the key is the message key
             partition_key, data = self._schema.encode_separated(content)
         else:
-            data = None if content is None else self._schema.encode(content)
+            data = None if content is None else self._encode(content)  # bytes, or deferred (a tuple, D91)
         props = None
         if not (
             properties is None
@@ -114,7 +117,7 @@ class ProducerQueueing(ProducerConnection):
         deliver_ms = deliver_at
         if deliver_after is not None:
             deliver_ms = publish_ms + int(deliver_after.total_seconds() * 1000)
-        size = len(data) if data is not None else 0
+        size = 0 if data is None else data[-1] if type(data) is tuple else len(data)  # a tuple: deferred, its bound
         policies = self._policy_cache  # (``_effective()`` re-reads them once a second)
         now = time.monotonic()
         max_size = (
@@ -122,6 +125,9 @@ class ProducerQueueing(ProducerConnection):
             if policies is not None and now < self._policy_expires
             else self._max_message_size
         )
+        if size > max_size and type(data) is tuple:  # only a bound: the exact size decides
+            data = self._schema.encode(content)
+            size = len(data)
         if size > max_size and not self._chunking:
             raise MessageTooBig(
                 f"message of {size} bytes exceeds maxMessageSize={max_size} on {self._topic}; "
@@ -196,7 +202,7 @@ class ProducerQueueing(ProducerConnection):
         self, q: PartitionQueue, partition: int, whole: PendingMessage, max_size: int
     ) -> PendingMessage:
         """Queue a message too big for one entry as its chunks (the last one carries the callback)."""
-        assert whole.value is not None
+        assert isinstance(whole.value, bytes)  # a chunking producer never defers encoding (D91)
         pieces = self._split(whole.value, whole.size_bytes, max_size, whole.sequence_id)
         self._wait_for_space(partition, len(pieces))
         chunks = [

@@ -354,8 +354,9 @@ class SubscriptionPart:
         msgs = messages_from_rows(rows, chosen, entries, batches, ledger_id=snap.ledger_id,
                                   partition=self.partition, topic=self.display_topic, schema=self.schema)
         counts = cursor.redelivery if cursor is not None else {}
-        for msg in msgs:
-            msg._redelivery_count = counts.get(msg._offset, 0)
+        if counts:  # (most reads redeliver nothing: no pass over the messages then)
+            for msg in msgs:
+                msg._redelivery_count = counts.get(msg._offset, 0)
         return self._join_chunks(rows, msgs)
 
     def _join_chunks(self, rows: pa.Table, msgs: list[Message]) -> list[Message]:

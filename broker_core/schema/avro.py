@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ import pyarrow.compute as pc
 from fastavro._read_common import SchemaResolutionError
 
 from broker_core.errors import PayloadTypeError, PulsarException, SchemaDefinitionError, SchemaNotFound
+from broker_core.schema.avro_encode import RecordEncoder
 from broker_core.schema.avro_vector import decode_unresolved
 from broker_core.schema.base import Schema
 from broker_core.schema.info import SchemaInfo, SchemaType
@@ -86,6 +88,8 @@ class AvroSchema(Schema):
         # record's own __dict__ as the datum, and a decoded datum becomes a record's __dict__
         plain = record_cls is not None and not _plan(record_cls, "to_avro") and not _plan(record_cls, "from_avro")
         self._plain_cls = record_cls if plain else None
+        # a decoded row (a tuple of the fields in schema order) -> a record of the plain class
+        self._record_of_row = _record_builder(record_cls, self._definition) if plain else None
         # whole batches of payloads decode in NumPy (``decode_values``) unless logical types are involved,
         # which fastavro turns into Python objects (datetimes, decimals) and the vectorised decoder does not
         self.batch_decodes = self.schema_type is SchemaType.AVRO and '"logicalType"' not in self._text
@@ -109,6 +113,23 @@ class AvroSchema(Schema):
     def encode(self, value: Any) -> bytes:
         buffer = io.BytesIO()
         datum = value.__dict__ if type(value) is self._plain_cls else self._datum(value)
+        try:
+            _write(buffer, self._parsed, datum)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise PayloadTypeError(f"value does not fit the Avro schema {self._definition_name()}: {exc}") from None
+        return buffer.getvalue()
+
+    def deferred_encoder(self) -> RecordEncoder | None:
+        """Whole batches encoded at once (``avro_encode``) for a record class of plain fields; None
+        otherwise (``encode`` per send).  A new encoder per producer (no state is shared)."""
+        if self._plain_cls is None or self.schema_type is not SchemaType.AVRO or type(self).encode is not \
+                AvroSchema.encode:
+            return None
+        encoder = RecordEncoder.for_definition(self._definition, self._encode_datum)
+        return None if encoder is None else encoder.deferring(self._plain_cls, self.encode)
+
+    def _encode_datum(self, datum: dict[str, Any]) -> bytes:
+        buffer = io.BytesIO()
         try:
             _write(buffer, self._parsed, datum)
         except (ValueError, TypeError, AttributeError) as exc:
@@ -148,11 +169,18 @@ class AvroSchema(Schema):
             column = decode_unresolved(payloads, _definition_json(self._text))
         except Exception:  # Unsupported, or anything else: each message decodes alone, or reports its own
             return None  # error, exactly as without this shortcut
-        return column.to_pylist()  # dicts of plain values: untracked by the garbage collector until used
+        if self._record_of_row is not None and pa.types.is_struct(column.type):
+            # rows as tuples, each record's dict built by ``value()``: a tuple of plain values is one
+            # allocation that the garbage collector stops tracking at its first pass, where a batch of
+            # dicts waiting in the receiver queue would be promoted and scanned by every full collection
+            return list(zip(*(column.field(i).to_pylist() for i in range(column.type.num_fields)), strict=True))
+        return column.to_pylist()
 
     def value_of_datum(self, datum: Any) -> Any:
         """The value of one datum of ``decode_values`` (a record is built only when asked for: records
         built ahead for a whole batch would live long enough to be scanned by every GC generation)."""
+        if type(datum) is tuple and self._record_of_row is not None:
+            return self._record_of_row(datum)
         cls = self._plain_cls
         if cls is not None:
             record = cls.__new__(cls)
@@ -204,6 +232,24 @@ def writer_info(schema: Schema, topic: str, version: bytes) -> SchemaInfo | None
             "(was the schema deleted?)", topic=topic, version=int.from_bytes(version, "big"),
         )
     return info
+
+
+def _record_builder(record_cls: type[Record] | None, definition: Any) -> Callable[[tuple[Any, ...]], Record] | None:
+    """A function from a decoded row (the fields in schema order) to a new record of ``record_cls``,
+    generated once per schema so that it builds the record's dict in one expression (``dict(zip())``
+    costs twice as much); field names enter the source only as string literals."""
+    if record_cls is None or not isinstance(definition, dict) or not definition.get("fields"):
+        return None
+    names = [field["name"] for field in definition["fields"]]
+    if not all(isinstance(name, str) for name in names):
+        return None
+    items = ", ".join(f"{name!r}: row[{index}]" for index, name in enumerate(names))
+    source = f"def record_of_row(row):\n    record = new(cls)\n    set_dict(record, '__dict__', {{{items}}})\n" \
+             "    return record\n"
+    scope: dict[str, Any] = {"new": record_cls.__new__, "cls": record_cls, "set_dict": _SET_DICT}
+    exec(compile(source, f"<Avro record builder of {record_cls.__name__}>", "exec"), scope)
+    builder: Callable[[tuple[Any, ...]], Record] = scope["record_of_row"]
+    return builder
 
 
 @lru_cache(maxsize=64)

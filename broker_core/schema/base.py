@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_core.schema.info import SchemaInfo, SchemaType
+
+if TYPE_CHECKING:
+    from broker_core.schema.avro_encode import RecordEncoder
 
 # (topic, 8-byte schema version) -> the SchemaInfo registered under it, or None if unknown.
 WriterLookup = Callable[[str, bytes], "SchemaInfo | None"]
@@ -68,11 +71,18 @@ class Schema(ABC):
         """The value of a received message (the writer's schema version may differ from this one)."""
         return self.decode(msg.data())
 
+    def deferred_encoder(self) -> RecordEncoder | None:
+        """An encoder whose ``defer`` a producer calls per send instead of ``encode``, and whose
+        ``column`` encodes the deferred payloads of a whole batch when it is cut (``avro_encode``);
+        None (the default): ``encode`` at every send."""
+        return None
+
     def decode_values(self, payloads: Any, versions: Any, topic: str) -> list[Any] | None:
         """The values of a column of payloads read together (``payloads``: a pyarrow binary array,
         ``versions`` its ``schema_version`` column), each exactly what ``decode_message`` would give
         for its message once passed to ``value_of_datum``; None when the batch must be decoded message by
-        message (the default)."""
+        message (the default).  Tuples are immutable rows: ``value_of_datum`` must then build a new value
+        from one at every call (the batch hands the same row out again); any other datum is handed out once."""
         return None
 
     def value_of_datum(self, datum: Any) -> Any:
