@@ -203,3 +203,28 @@ def test_bad_inputs_give_typed_errors(spark: Any, root: str) -> None:
         read_ranges(spark, root, _ranges_df(spark, root, "single", 0, 5, snap.ledger_id + 1))
     assert read_ranges(spark, root, _ranges_df(spark, root, "single", 0, 5, snap.ledger_id + 1),
                        failOnDataLoss=False).count() == 5
+
+
+def test_an_s3_root_streams_ranges_and_reads_them_through_the_source(spark: Any, moto_s3: Any,
+                                                                     tmp_path: Path) -> None:
+    """No Hadoop S3 connector here: the stream plans on ``s3://`` (``storage.*``), and ``read_ranges``
+    falls back to ``format("pubsub")`` with the same rows."""
+    root = moto_s3.fresh_root()
+    client = Client(root, storage_options=moto_s3.storage_options)
+    try:
+        producer = client.create_producer("s3t", batching_enabled=True, batching_max_messages=4)
+        for i in range(30):
+            producer.send_async(f"m{i}".encode(), None)
+        producer.flush()
+    finally:
+        client.close()
+    storage = {f"storage.{k}": v for k, v in moto_s3.storage_options.items()}
+    query = (source(spark, root, topic="s3t", startingOffsets="earliest", emit="ranges", maxOffsetsPerTrigger=12,
+                    **storage).writeStream.format("memory").queryName("ranges_s3")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    ranges = spark.table("ranges_s3")
+    assert ranges.count() == 3
+    got = read_ranges(spark, root, ranges, storage_options=moto_s3.storage_options).orderBy(*ORDER)
+    expected = spark.read.format("pubsub").option("topic", "s3t").options(**storage).load(root).orderBy(*ORDER)
+    assert_df_equality(got, expected)
