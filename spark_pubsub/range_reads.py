@@ -30,6 +30,7 @@ from spark_pubsub.native_plan import TopicRead, plan_topic_read
 from spark_pubsub.native_scan import root_uri, scan_plans, spark_can_open, spark_url
 from spark_pubsub.offsets import read_plan
 from spark_pubsub.options import SourceOptions, parse_options
+from spark_pubsub.schema import SOURCE_SCHEMA
 from spark_pubsub.stream_ranges import REQUIRED_COLUMNS
 
 if TYPE_CHECKING:
@@ -89,11 +90,9 @@ def read_ranges(
         strings["valueFormat"] = _option_string("valueFormat", valueFormat)
     strings.update({f"storage.{k}": _option_string(k, v) for k, v in (storage_options or {}).items()})
     options: SourceOptions = parse_options(SourceOptions, strings)
-    if not wanted:
-        from spark_pubsub.schema import SOURCE_SCHEMA
-
-        return spark.createDataFrame([], SOURCE_SCHEMA)
     merged = merge_ranges(wanted)
+    if not merged:  # an empty batch (or only empty ranges): nothing to plan
+        return spark.createDataFrame([], SOURCE_SCHEMA)
     if read_plan(options) is not None:  # a typed topic: the value is decoded in Python (docs/SPARK.md)
         log.info("read_ranges: a topic has a record schema; reading through format('pubsub'), which decodes value")
         return _through_source(spark, options, strings, merged)

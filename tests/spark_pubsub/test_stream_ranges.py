@@ -187,6 +187,9 @@ def test_bad_inputs_give_typed_errors(spark: Any, root: str) -> None:
     snap = Broker.for_url(root).topic_log(TopicName.parse("single"), create=False).snapshot()
     good = _ranges_df(spark, root, "single", 0, 5, snap.ledger_id)
     assert read_ranges(spark, root, good).count() == 5
+    for empty in (good.limit(0), _ranges_df(spark, root, "single", 7, 7, snap.ledger_id)):
+        nothing = read_ranges(spark, root, empty)
+        assert nothing.schema == SOURCE_SCHEMA and nothing.count() == 0
     with pytest.raises(InvalidConfiguration, match=r"lacks the column\(s\) startOffset"):
         read_ranges(spark, root, good.drop("startOffset"))
     with pytest.raises(InvalidConfiguration, match="must be the micro-batch DataFrame"):
