@@ -1,8 +1,10 @@
 """The Spark connector for spark-pubsub: ``format("pubsub")`` for streaming and batch reads and writes.
 
 ``read_topic(spark, root, ...)`` is the native batch read: the same options and rows as
-``spark.read.format("pubsub")``, read by Spark's own Parquet reader.  It stays thin: options are
-parsed into typed models and every messaging decision is made by ``broker_core``.
+``spark.read.format("pubsub")``, read by Spark's own Parquet reader; ``read_ranges(spark, root,
+ranges)`` reads a micro-batch of a stream with ``.option("emit", "ranges")`` the same way.  It
+stays thin: options are parsed into typed models and every messaging decision is made by
+``broker_core``.
 ``register(spark)`` makes the format available in a session; the companion ``pyspark_pubsub``
 module also lets Spark discover it on its own (fresh sessions, spark-submit).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from spark_pubsub.native_scan import read_topic
+from spark_pubsub.range_reads import read_ranges
 from spark_pubsub.source import PubSubDataSource
 
 
@@ -20,4 +23,4 @@ def register(spark: Any) -> None:
     spark.dataSource.register(PubSubDataSource)
 
 
-__all__ = ["PubSubDataSource", "read_topic", "register"]
+__all__ = ["PubSubDataSource", "read_ranges", "read_topic", "register"]

@@ -48,6 +48,11 @@ def bounded_range(options: SourceOptions) -> tuple[PartitionPlanner, dict[str, i
                 f"option {name} applies to streaming queries (spark.readStream), not to spark.read",
                 option=name,
             )
+    if options.emit != "messages":
+        raise InvalidConfiguration(
+            f"option emit={options.emit} applies to streaming queries (spark.readStream), not to spark.read: "
+            "a bounded read is already one range (read it with spark_pubsub.read_topic)", option="emit",
+        )
     planner = PartitionPlanner(options)
     planner.require_topics()  # a read never creates a topic (DECISIONS D57)
     start = parse_starting_offsets(planner, options, default="earliest")

@@ -25,6 +25,9 @@ from spark_pubsub.scan_partition import ScanPartition
 from spark_pubsub.topic_resolver import TopicResolver
 from spark_pubsub.typed_values import TypedRead, resolve_read
 
+Work = tuple[str, list[tuple[int, int]], dict[int, int]]
+"""(internal topic, offset ranges ``[from, to)``, redelivery count by offset) of one batch."""
+
 _TYPES = {"Exclusive": ConsumerType.Exclusive, "Failover": ConsumerType.Failover, "Shared": ConsumerType.Shared,
           "Key_Shared": ConsumerType.KeyShared}
 
@@ -258,14 +261,14 @@ class PartitionPlanner(TopicResolver):
 
     # -- planning and acknowledgment ----------------------------------------------------------------
 
-    def plan(self, start: dict[str, Any], end: dict[str, Any]) -> list[ScanPartition]:
-        """Input partitions for a batch; each internal topic is split into key-hash slices when
-        ``minPartitions`` asks for more tasks, so every task owns whole keys, in order."""
-        topics = {display: (topic, index) for topic, display, index in self.internal_topics()}
-        work: list[tuple[str, list[tuple[int, int]], dict[int, int]]] = []
+    def batch_work(self, start: dict[str, Any], end: dict[str, Any]) -> tuple[list[Work], dict[str, list[Any]]]:
+        """A batch's offset ranges per internal topic (with redelivery counts in claim mode), and the
+        compacted views it reads (``readCompacted``): what ``plan`` splits into tasks and what
+        ``emit=ranges`` hands over (``stream_ranges``)."""
+        work: list[Work] = []
         if "claims" in end:
             if end == start:
-                return []
+                return [], {}
             for display, ranges in end["claims"].items():
                 counts = {int(k): int(v) for k, v in end.get("redelivery", {}).get(display, {}).items()}
                 work.append((display, [(int(a), int(b)) for a, b in ranges], counts))
@@ -279,10 +282,19 @@ class PartitionPlanner(TopicResolver):
                 if int(stop) > int(begin):
                     work.append((display, [(int(begin), int(stop))], {}))
         if not work:
-            return []
+            return [], {}
         # readCompacted: the views the batch's end offset recorded (a bounded spark.read has none: now)
         views = end["compacted"] if "compacted" in end else (
             self.compacted_views() if self.options.read_compacted else {})
+        return work, views
+
+    def plan(self, start: dict[str, Any], end: dict[str, Any]) -> list[ScanPartition]:
+        """Input partitions for a batch; each internal topic is split into key-hash slices when
+        ``minPartitions`` asks for more tasks, so every task owns whole keys, in order."""
+        work, views = self.batch_work(start, end)
+        if not work:
+            return []
+        topics = {display: (topic, index) for topic, display, index in self.internal_topics()}
         wanted = self.options.min_partitions or 1
         slices = max(1, -(-wanted // len(work)))
         slot_ranges: list[tuple[int, int] | None] = [None] if slices == 1 else list(split_slots(slices))

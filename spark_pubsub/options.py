@@ -88,6 +88,9 @@ class SourceOptions(_Options):
     include_headers: bool = Field(False, alias="includeheaders", title="includeHeaders")
     wait_for_topic: bool = Field(False, alias="waitfortopic", title="waitForTopic")
     value_format: Literal["auto", "typed", "binary"] = Field("auto", alias="valueformat", title="valueFormat")
+    # ``ranges``: a stream's micro-batch is one row per internal topic with its offset range, for
+    # ``spark_pubsub.read_ranges`` to read natively (spark_pubsub/stream_ranges.py, DECISIONS D92)
+    emit: Literal["messages", "ranges"] = Field("messages", alias="emit", title="emit")
 
     @field_validator("subscription_type", mode="before")
     @classmethod
@@ -132,6 +135,8 @@ class SourceOptions(_Options):
         # malformed one is never silently accepted
         _ = self.sticky_range_list
         _ = self.max_trigger_delay_ms
+        if self.emit == "ranges":
+            self._check_ranges()
         if self.subscription is None:
             for name, value in (
                 ("subscriptionType", self.subscription_type != "Exclusive"),
@@ -142,6 +147,25 @@ class SourceOptions(_Options):
                 if value:
                     raise ValueError(f"{name}: only applies together with the subscription option")
         return self
+
+    def _check_ranges(self) -> None:
+        """``emit=ranges`` leaves reading to ``read_ranges``: options that shape the rows of a
+        Python task, and claim-mode subscriptions, have no meaning there."""
+        if self.subscription is not None and self.subscription_type in ("Shared", "Key_Shared"):
+            raise ValueError(
+                f"emit: emit=ranges cannot be used with subscriptionType={self.subscription_type}: a "
+                "Shared/Key_Shared batch is the messages claimed in the cursor (keys, delays, redelivery "
+                "counts), not an offset range; read it with the default emit=messages"
+            )
+        for name, value in (("includeHeaders", self.include_headers), ("minPartitions", self.min_partitions),
+                            ("maxRecordsPerPartition", self.max_records_per_partition),
+                            ("valueFormat", self.value_format != "auto")):
+            if value:
+                raise ValueError(
+                    f"{name}: does not apply with emit=ranges (a micro-batch is its offset ranges; "
+                    "spark_pubsub.read_ranges reads them, split like any Parquet read"
+                    + (", and takes valueFormat itself)" if name == "valueFormat" else ")")
+                )
 
     @property
     def sticky_range_list(self) -> list[tuple[int, int]]:

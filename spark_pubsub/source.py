@@ -33,6 +33,10 @@ class PubSubDataSource(DataSource, metaclass=WorkerImportable):
         from spark_pubsub.offsets import read_plan
 
         options = parse_options(SourceOptions, self.options)
+        if options.emit == "ranges":  # a stream of offset ranges (spark_pubsub/stream_ranges.py)
+            from spark_pubsub.stream_ranges import RANGES_SCHEMA
+
+            return RANGES_SCHEMA
         typed = read_plan(options)  # a typed topic: docs/SPARK.md
         if typed is None:
             return source_schema(include_headers=options.include_headers)

@@ -47,6 +47,7 @@ from spark_pubsub.offsets import (
 )
 from spark_pubsub.options import SourceOptions
 from spark_pubsub.scan_partition import ScanPartition, read_scan_partition, with_typed
+from spark_pubsub.stream_ranges import RangesPartition, ranges_partitions, read_ranges_partition
 from spark_pubsub.worker_import import WorkerImportable
 
 
@@ -88,7 +89,8 @@ class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow, me
                 )
         self.options = options
         self.planner = PartitionPlanner(options)
-        self.typed = read_plan(options)
+        self.ranges = options.emit == "ranges"  # batches as offset ranges (stream_ranges.py)
+        self.typed = None if self.ranges else read_plan(options)
         self.claim_mode = options.subscription is not None and options.subscription_type in ("Shared", "Key_Shared")
         self.consumer_name = options.consumer_name or f"spark-{uuid.uuid4().hex[:10]}"
         self._target: dict[str, int] | None = None
@@ -191,9 +193,13 @@ class PubSubStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow, me
         return {"v": 1, "parts": self.planner.latest_positions()}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        if self.ranges:
+            return ranges_partitions(self.planner, start, end)
         return with_typed(self.planner.plan(start, end), self.typed)
 
     def read(self, partition: InputPartition) -> Any:
+        if self.ranges or isinstance(partition, RangesPartition):
+            return read_ranges_partition(partition)
         assert isinstance(partition, ScanPartition)
         return read_scan_partition(partition)
 
