@@ -4,14 +4,16 @@ Column pruning decides the job's speed.  A compaction reads every row up to the 
 only one message per key, so the reduction runs on a narrow projection and the payloads are read
 only where they can still win:
 
-1. ``ends``: per planned row only ``(topic_path, key, offset, chunk columns)``.  The offset is the
-   file's base offset plus Spark's ``_metadata.row_index``, the base found by the native scan's
-   driver-planned search over file-name hashes (D84): no join, no per-row Python, no message ids yet.
-2. ``winners``: ``max(offset)`` of the message-ending rows grouped by ``(topic_path, key)``: a hash
-   aggregate of longs, partially aggregated before its shuffle (at most keys x map tasks rows cross).
-3. ``kept``: the planned rows with every column, semi-joined to the winners on ``(topic_path,
-   message end)`` through a broadcast of the winners (one long and a short string per key), so no
-   payload is shuffled; a chunked winner keeps all its chunks; tombstones drop out.
+1. ``ends``: per planned row only ``(_topic, key, offset, chunk columns)``, ``_topic`` the plan's
+   index.  The offset is the file's base offset plus Spark's ``_metadata.row_index``, the base
+   found by the native scan's driver-planned search over file-name hashes (D84): no join, no
+   per-row Python, no message ids yet.
+2. ``winners``: ``max(offset)`` of the message-ending rows grouped by key (and ``_topic`` when
+   the job has several): a hash aggregate of longs, partially aggregated before its shuffle (at
+   most keys x map tasks rows cross).
+3. ``kept``: each topic's planned rows with every column, semi-joined to that topic's winners on
+   the message end through a broadcast of the winners (one long per key), so no payload is
+   shuffled; a chunked winner keeps all its chunks; tombstones drop out.
 4. Message ids (``entry_id``, ``batch_index``) of the kept segment rows are looked up by the view
    writer from the segments' layouts (as the local run's ``finish_compaction`` does); rows of the
    previous view carry theirs.
@@ -25,6 +27,7 @@ Only the DataFrame API is used (classic and Spark Connect sessions alike).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -105,31 +108,49 @@ def _as_view(F: Any, frame: DataFrame) -> DataFrame:
 
 
 def _keep(F: Any, rows: DataFrame, winners: DataFrame) -> DataFrame:
-    """The rows of winning messages (every chunk), tombstones dropped: a broadcast semi-join."""
+    """The rows of winning messages (every chunk), tombstones dropped: a broadcast semi-join on the
+    message end (``rows`` and ``winners`` are of one topic)."""
     rows = rows.where(F.col("key").isNotNull()).withColumn("_end", _msg_end(F))
-    return rows.join(F.broadcast(winners), ["topic_path", "_end"], "left_semi").where(F.col("value").isNotNull())
+    return rows.join(F.broadcast(winners), ["_end"], "left_semi").where(F.col("value").isNotNull())
 
 
 def end_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]],
              reads: list[TopicRead]) -> DataFrame:
-    """The narrow projection the reduction runs on: ``topic_path``, ``offset``, ``key`` and the chunk
-    columns of every planned row (segments and previous views)."""
-    ends = _union([_segment_rows(spark, base, r, _END_COLUMNS) for r in reads if r.segments]
-                  + [_view_rows(spark, base, p, _END_COLUMNS) for _, p in plans if p.previous is not None])
+    """The narrow projection the reduction runs on: ``_topic`` (the plan's index in ``plans``),
+    ``offset``, ``key`` and the chunk columns of every planned row (segments and previous views)."""
+    F = functions_for(spark)
+    frames = []
+    for index, ((_, plan), read) in enumerate(zip(plans, reads, strict=True)):
+        if read.segments:
+            frames.append(positioned_segments(spark, base, read, _END_COLUMNS).select("offset", *_END_COLUMNS)
+                          .withColumn("_topic", F.lit(index)))
+        if plan.previous is not None:
+            frames.append(_view_rows(spark, base, plan, _END_COLUMNS).drop("topic_path")
+                          .withColumn("_topic", F.lit(index)))
+    ends = _union(frames)
     assert ends is not None
     return ends
 
 
 def winners_frame(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]],
                   reads: list[TopicRead]) -> DataFrame:
-    """``(topic_path, _end, _span)`` per key: the offset of its newest message end, and the most rows
-    before their end that any of its messages spans (0 unless chunked): hash aggregates of longs."""
+    """``(_topic, _end, _span)`` per key: the plan's index, the offset of the key's newest message end,
+    and the most rows before their end that any of its messages spans (0 unless chunked): hash
+    aggregates of longs.
+
+    The per-row work is what the job's time goes to, so: a row ends its message when its chunk
+    columns say so (no offset needed for the test, whose expression would be evaluated twice per
+    row), and with one topic the group is the key alone (a constant string in the grouping key
+    is hashed and copied for every row; measured ~20% of the stage's CPU)."""
     F = functions_for(spark)
+    rest = F.coalesce(F.col("num_chunks"), F.lit(1)) - 1 - F.coalesce(F.col("chunk_id"), F.lit(0))
     span = F.greatest(F.coalesce(F.col("num_chunks"), F.lit(1)) - 1, F.lit(0)).cast("long")
-    return (end_rows(spark, base, plans, reads).where(F.col("key").isNotNull()).withColumn("_end", _msg_end(F))
-            .where(F.col("_end") == F.col("offset"))
-            .groupBy("topic_path", "key").agg(F.max("offset").alias("_end"), F.max(span).alias("_span"))
-            .drop("key"))
+    ends = end_rows(spark, base, plans, reads).where(F.col("key").isNotNull() & (rest <= 0))
+    groups = ["key"] if len(plans) == 1 else ["_topic", "key"]
+    winners = ends.groupBy(*groups).agg(F.max("offset").alias("_end"), F.max(span).alias("_span"))
+    if len(plans) == 1:
+        winners = winners.withColumn("_topic", F.lit(0))
+    return winners.select("_topic", "_end", "_span")
 
 
 def needed_segments(read: TopicRead, ends: np.ndarray, spans: np.ndarray) -> TopicRead:
@@ -153,26 +174,31 @@ def needed_segments(read: TopicRead, ends: np.ndarray, spans: np.ndarray) -> Top
 
 
 def kept_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]], *,
-              retain_null_key: bool = False, carry_payload: bool = False) -> DataFrame | None:
+              retain_null_key: bool = False, carry_payload: bool = False,
+              phase: Callable[[str], None] | None = None) -> DataFrame | None:
     """``topic_path`` plus ``VIEW_SCHEMA`` columns (times as µs) of every row the new views keep
     (None when no row survives anywhere: every view is empty).  Kept segment rows carry
     ``entry_id = UNKNOWN_ID`` for the view writer to look up.
 
     The two-pass shape runs one Spark action here: the winners come to the driver (two longs per
-    key), which picks the segment files the payload pass must open and broadcasts the winners."""
+    key), which picks the segment files the payload pass must open and broadcasts the winners.
+    ``phase`` is told ``winners`` when they are on the driver and ``payload plan`` when the
+    returned frame is built (the job's timings)."""
     F = functions_for(spark)
     reads = topic_reads(plans)
     winners = None if carry_payload else winners_frame(spark, base, plans, reads).toArrow()
+    if phase is not None:
+        phase("winners")
     out = []
-    for (_, plan), read in zip(plans, reads, strict=True):
+    for index, ((_, plan), read) in enumerate(zip(plans, reads, strict=True)):
         view = None if plan.previous is None else _view_rows(spark, base, plan, _PAYLOAD + _IDS)
         segments = None if not read.segments or not (carry_payload or retain_null_key) else (
             _unknown_ids(F, _segment_rows(spark, base, read, _PAYLOAD)))
         if winners is None:
             out.append(_carrying_payload(F, segments, view))
         else:
-            mine = winners.filter(pc.equal(winners.column("topic_path"), plan.topic_path))
-            ends = spark.createDataFrame(mine.select(["topic_path", "_end"]))
+            mine = winners.filter(pc.equal(winners.column("_topic"), index))
+            ends = spark.createDataFrame(mine.select(["_end"]))
             needed = needed_segments(read, mine.column("_end").to_numpy(), mine.column("_span").to_numpy())
             if needed.segments:
                 out.append(_keep(F, _unknown_ids(F, _segment_rows(spark, base, needed, _PAYLOAD)), ends))
@@ -181,6 +207,8 @@ def kept_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, Compac
         if retain_null_key:
             out += [frame.where(F.col("key").isNull()) for frame in (segments, view) if frame is not None]
     frame = _union([_as_view(F, f) for f in out])
+    if phase is not None:
+        phase("payload plan")
     return frame
 
 

@@ -161,9 +161,12 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
                        carry_payload: bool = False) -> CompactionSummary:
     """``broker_core.jobs.compaction.compact_topic`` on Spark (see the module docstring).
 
-    ``timings``, when given, receives seconds per phase (``planning``, ``spark`` for the scan,
-    reduction and writes, ``write`` summed over tasks, ``commit``); ``progress`` is told of each
-    phase as it ends (kill trials use it).  ``shuffle_partitions`` is the job's
+    ``timings``, when given, receives seconds per phase: ``planning`` (the log, Spark's look at the
+    root), ``winners`` (the narrow scan and reduction, the winners on the driver), ``payload plan``
+    (the payload pass's DataFrame built), ``views`` (the payload scan, the semi-join and the view
+    files written by tasks; ``write`` is the writing summed over tasks), ``commit``; the fallback
+    reports ``planning`` and ``spark``.  ``progress`` is told of each phase as it ends (kill trials
+    use it).  ``shuffle_partitions`` is the job's
     ``spark.sql.shuffle.partitions`` (default: ``shuffle_partitions_for`` the planned rows; the
     session's own value is restored after).  ``carry_payload`` selects the one-scan reduction
     (``compaction_frames``), kept for measuring: the default two-pass shape is faster.
@@ -216,20 +219,20 @@ def _native(spark: SparkSession, root: str, base: str, plans: list[tuple[TopicLo
             started_s: float, phase: Callable[[str], None], timings: dict[str, float] | None,
             storage_options: Mapping[str, str] | None, carry_payload: bool) -> list[CompactionResult]:
     """The native job's Spark part and commits (see the module docstring)."""
-    kept = kept_rows(spark, base, plans, retain_null_key=retain_null_key, carry_payload=carry_payload)
+    kept = kept_rows(spark, base, plans, retain_null_key=retain_null_key, carry_payload=carry_payload, phase=phase)
     refs = {r.topic_path: tuple(s.segment for s in r.segments) for r in topic_reads(plans)}
     slices = max(1, min(len(plans), parallelism or default_parallelism(spark)))
     by_topic = {p.topic_path: (lg, p) for lg, p in plans}
     if dry_run:
         counts = {} if kept is None else {
             r["topic_path"]: r["count"] for r in kept.groupBy("topic_path").count().collect()}
-        phase("spark")
+        phase("views")
         return [compaction_result(p, "dry-run", rows=counts.get(path, 0), messages_read=read[path],
                                   started_s=started_s) for path, (_, p) in by_topic.items()]
     written = [] if kept is None else (
         kept.repartition(slices, "topic_path").sortWithinPartitions("topic_path", "offset")
         .mapInArrow(_view_writer(root, refs, storage_options), _WRITTEN_SCHEMA).collect())
-    phase("spark")
+    phase("views")
     if timings is not None:
         timings["write"] = sum(r["write_s"] for r in written)
     phase("written")

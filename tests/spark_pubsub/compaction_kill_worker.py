@@ -5,7 +5,8 @@ driver that the test SIGKILLs), prints ``ready`` and waits for ``go`` on stdin, 
 the Spark compaction job in a loop until killed, printing one flushed line per event:
 
 - ``ack <n>``: an append returned; the topic holds at least ``n`` messages.
-- ``phase <name>``: a phase of the job ended (``planning``, ``spark``, ``written``, ``commit``).
+- ``phase <name>``: a phase of the job ended (``planning``, ``winners``, ``payload plan``, ``views``,
+  ``written``, ``commit``).
 - ``compacted <horizon>``: the job committed its view.
 """
 
