@@ -20,9 +20,15 @@ Rows (goal: native scan / Parquet <= 1.3):
 * reference, the native scan's floor: Spark's Parquet reader over the same files producing the same
   columns (the 9 the source reads, constants, ``_metadata.row_index`` as the offset and the message
   id string built from it) but with no per-file lookup: what the source's schema costs in Spark;
-* reference, join paths: the native scan with its searches turned off (a broadcast join on the file
-  name and one on the offset bucket), as a topic with more than ``FILE_SEARCH_LIMIT`` files or
-  ``RUN_SEARCH_LIMIT`` layout runs per scan reads.
+* reference, file map: the native scan with its file search turned off (``FILE_SEARCH_LIMIT = 0``),
+  as a topic with more than ``FILE_SEARCH_LIMIT`` files reads: the base offsets come from a literal
+  map keyed by the file name's hash (Spark's hashed ``element_at``);
+* reference, join paths: the native scan with its searches and the map turned off (a broadcast join
+  on the file name and one on the offset bucket), as before the map (and as on a Spark without
+  hashed map lookups, or a topic with more than ``RUN_SEARCH_LIMIT`` layout runs per scan).
+
+``--segment-rows 50000`` writes 100 segments of the 5,000,000 messages, so that the default read
+itself takes the file map (more than ``FILE_SEARCH_LIMIT`` files).
 
 This is a benchmark, not a test: nothing is asserted.  Rerun on a busy machine before trusting one
 figure; the load average is printed before and after.
@@ -45,7 +51,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-from bench_spark import CHUNK, TOPIC, make_data, segment_dir, session  # noqa: E402
+import bench_spark  # noqa: E402
+from bench_spark import TOPIC, make_data, segment_dir, session  # noqa: E402
 
 GOAL = 1.3
 
@@ -69,15 +76,20 @@ def _floor(spark: Any, files: list[str]) -> Any:
         F.coalesce("publish_time", epoch).alias("timestamp"), F.lit(0).alias("timestampType"))
 
 
-def _joins_forced(spark: Any, root: Path) -> Any:
+def _searches_off(spark: Any, root: Path, *, maps: bool) -> Any:
+    """The native scan with no searches: the file map (``maps``) or the join on the file name, and
+    the join on the offset bucket when ``maps`` is off."""
     from spark_pubsub import native_ids, read_topic
 
-    limits = native_ids.FILE_SEARCH_LIMIT, native_ids.RUN_SEARCH_LIMIT
-    native_ids.FILE_SEARCH_LIMIT = native_ids.RUN_SEARCH_LIMIT = 0
+    saved = native_ids.FILE_SEARCH_LIMIT, native_ids.RUN_SEARCH_LIMIT, native_ids.hashed_map_entries
+    native_ids.FILE_SEARCH_LIMIT = 0
+    if not maps:
+        native_ids.RUN_SEARCH_LIMIT = 0
+        native_ids.hashed_map_entries = lambda spark: None
     try:
         return read_topic(spark, str(root), topic=TOPIC)
     finally:
-        native_ids.FILE_SEARCH_LIMIT, native_ids.RUN_SEARCH_LIMIT = limits
+        native_ids.FILE_SEARCH_LIMIT, native_ids.RUN_SEARCH_LIMIT, native_ids.hashed_map_entries = saved
 
 
 def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]:
@@ -97,7 +109,8 @@ def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]
         "Data Source path: spark.read.format('pubsub')":
             lambda: spark.read.format("pubsub").option("topic", TOPIC).load(str(root)),
         "reference: Parquet reader + the source's columns, no lookup": lambda: _floor(spark, files),
-        "reference: native scan, join paths forced": lambda: _joins_forced(spark, root),
+        "reference: native scan, file map (search off)": lambda: _searches_off(spark, root, maps=True),
+        "reference: native scan, join paths (searches and map off)": lambda: _searches_off(spark, root, maps=False),
     }
     walls: dict[str, list[float]] = {name: [] for name in queries}
     cpus: dict[str, list[float]] = {name: [] for name in queries}
@@ -114,7 +127,7 @@ def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]
     for name in queries:
         print(f"  {name:62} {wall[name]:6.2f} s  JVM CPU {cpu[name]:6.2f} s  "
               f"(runs: {', '.join(f'{t:.2f}' for t in walls[name])})", flush=True)
-    parquet, native, source, floor, joins = queries
+    parquet, native, source, floor, file_map, joins = queries
     return [("native scan / Parquet (wall)", wall[native] / wall[parquet]),
             ("native scan / Parquet (JVM CPU)", cpu[native] / cpu[parquet]),
             ("Data Source path / Parquet (wall)", wall[source] / wall[parquet]),
@@ -122,7 +135,10 @@ def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]
             ("reference: floor / Parquet (wall)", wall[floor] / wall[parquet]),
             ("reference: floor / Parquet (JVM CPU)", cpu[floor] / cpu[parquet]),
             ("reference: native scan / floor (wall)", wall[native] / wall[floor]),
-            ("reference: join paths / Parquet (wall)", wall[joins] / wall[parquet])]
+            ("reference: file map / Parquet (wall)", wall[file_map] / wall[parquet]),
+            ("reference: file map / Parquet (JVM CPU)", cpu[file_map] / cpu[parquet]),
+            ("reference: join paths / Parquet (wall)", wall[joins] / wall[parquet]),
+            ("reference: join paths / Parquet (JVM CPU)", cpu[joins] / cpu[parquet])]
 
 
 def print_summary(ratios: list[tuple[str, float]]) -> None:
@@ -136,13 +152,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=5_000_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--segment-rows", type=int, default=bench_spark.CHUNK,
+                        help="messages per segment file (default: %(default)s)")
     parser.add_argument("--root", type=Path, default=None,
                         help="work directory (default: a temp dir); data already there is reused")
     args = parser.parse_args()
     work = args.root or Path(tempfile.mkdtemp(prefix="bench-native-"))
     root, plain = work / "root", work / "plain"
     n = args.messages
-    print(f"bench_native_scan: {n:,} messages of 100 B, {(n + CHUNK - 1) // CHUNK} segments, work dir {work}")
+    bench_spark.CHUNK = chunk = args.segment_rows  # make_data writes one segment per chunk
+    print(f"bench_native_scan: {n:,} messages of 100 B, {(n + chunk - 1) // chunk} segments, work dir {work}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if segment_dir(root).exists():
         print("data: reusing the topic already in the work directory")

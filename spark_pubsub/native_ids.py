@@ -10,17 +10,22 @@ into an entry id and batch index.  The lookups are exact and cost a few comparis
   leaf checks its hash, so a file that is not in the plan fails the query rather than borrow a
   base offset (Spark reads only the files it is given, so this never fires).  Hashing the name once
   and comparing longs costs less than comparing the names (measured: about a fifth of the scan's
-  CPU against a few percent).  Above the limit, or if two planned names share a hash, a broadcast
-  hash join on the file name (Spark's own hash table: the same cost per row at any size, plus one
-  small table per scan).
+  CPU against a few percent).  Above the limit, a literal map from hash to base offset
+  (``element_at``), which Spark 4 looks up through a hash index built once per task when the map
+  has ``spark.sql.optimizer.mapLookupHashThreshold`` entries (a smaller map is padded with keys
+  that map to null, so a stray file still fails): the same code size and about the same cost per
+  row at any number of files, and no join.  Where Spark has no hashed map lookup (that setting is
+  unknown), or two planned names share a hash, a broadcast hash join on the file name.
 * offset -> (entry id, batch index): a binary search over the runs in the same way for up to
   ``RUN_SEARCH_LIMIT`` runs (a topic of single entries or of equal batches is one run: plain
   arithmetic), else a broadcast join on the offset bucket (``native_plan.run_table``).
 
 Expressions are pruned with the columns they feed: a query that does not select ``messageId``
-(or ``offset``) never evaluates them.  The limits keep the generated code of one scan well inside
-the JVM's method size (a search over 256 names no longer compiles and Spark falls back to slower,
-interpreted code).
+(or ``offset``) never evaluates them.  The limits keep the generated row loop of one scan under
+HotSpot's 8,000 bytes of bytecode per method: a longer method is never JIT-compiled, so every row
+of the scan would run in the bytecode interpreter (each leaf of a search adds ~100 bytes; 64 file
+leaves alone reached 8,077).  Far larger searches would not even compile (64 KB: a search over
+256 names), and Spark would fall back to its slower, interpreted evaluation.
 """
 
 from __future__ import annotations
@@ -37,10 +42,17 @@ from spark_pubsub.xxhash64 import spark_xxhash64
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-FILE_SEARCH_LIMIT = 64
-"""Files per scan whose base offsets are looked up by expression; more: a broadcast join on the name."""
+FILE_SEARCH_LIMIT = 32
+"""Files per scan whose base offsets are looked up by a search; more: a literal map (or a join)."""
 
-RUN_SEARCH_LIMIT = 32
+FILE_MAP_PAD_LIMIT = 4096
+"""The most entries a base-offset map is padded to for Spark to look it up by hash (the session's
+``spark.sql.optimizer.mapLookupHashThreshold``, 1000 by default); above it, a smaller map would be
+scanned linearly per row, so the scan joins instead."""
+
+HASHED_MAP_CONF = "spark.sql.optimizer.mapLookupHashThreshold"
+
+RUN_SEARCH_LIMIT = 8
 """Runs per scan mapped to ids by expression; more: a broadcast join on the offset bucket."""
 
 FILE = "_pubsub_file"
@@ -113,19 +125,53 @@ def positions(spark: Any, F: Any, rows: DataFrame, reads: tuple[SegmentRead, ...
 def _with_offsets(spark: Any, F: Any, rows: DataFrame, reads: tuple[SegmentRead, ...]) -> DataFrame:
     """``rows`` with ``OFFSET = base_offset(file) + row index``."""
     by_hash = sorted((spark_xxhash64(r.segment.path), r.segment.base_offset) for r in reads)
-    if len(by_hash) <= FILE_SEARCH_LIMIT and len({h for h, _ in by_hash}) == len(by_hash):
-        key = f"xxhash64({FILE})"
-        # each leaf checks its hash (one long comparison; null if it differs): a file that is not in
-        # the plan fails the query, naming the file, instead of taking a neighbour's base offset
+    unique = len({h for h, _ in by_hash}) == len(by_hash)
+    key = f"xxhash64({FILE})"
+    # a row whose file hash is not planned finds no base offset (null): it fails the query, naming
+    # the file, instead of taking a neighbour's base offset
+    stray = f"CAST(raise_error(concat('{_STRAY}', {FILE})) AS BIGINT)"
+    if unique and len(by_hash) <= FILE_SEARCH_LIMIT:
         leaves = [f"CASE WHEN {key} = {_long(h)} THEN {_long(b)} END" for h, b in by_hash]
-        stray = f"CAST(raise_error(concat('{_STRAY}', {FILE})) AS BIGINT)"
         base = f"coalesce({search(key, [h for h, _ in by_hash], leaves)}, {stray})"
+        return rows.withColumn(OFFSET, F.expr(f"{base} + {ROW}"))
+    entries = hashed_map_entries(spark) if unique else None
+    if entries is not None and entries <= max(len(by_hash), FILE_MAP_PAD_LIMIT):
+        base = f"coalesce(element_at({base_offset_map(by_hash, entries)}, {key}), {stray})"
         return rows.withColumn(OFFSET, F.expr(f"{base} + {ROW}"))
     by_name = sorted((r.segment.path, r.segment.base_offset) for r in reads)
     files = spark.createDataFrame(pa.table({"_pubsub_name": [n for n, _ in by_name],
                                             "_pubsub_base": pa.array([b for _, b in by_name], pa.int64())}))
     joined = rows.join(files.hint("broadcast"), F.col(FILE) == F.col("_pubsub_name"))
     return joined.withColumn(OFFSET, F.col("_pubsub_base") + F.col(ROW))
+
+
+def hashed_map_entries(spark: Any) -> int | None:
+    """How many entries a literal map needs for this session's Spark to look a key up through a hash
+    index (``HASHED_MAP_CONF``); None where Spark knows no such setting (it scans literal maps)."""
+    try:  # no default given: a registered setting reads as its default, an unknown one raises
+        value = spark.conf.get(HASHED_MAP_CONF)
+    except Exception:  # this Spark has no such setting
+        return None
+    try:
+        return None if value is None else max(int(value), 1)
+    except ValueError:
+        return None
+
+
+def base_offset_map(by_hash: Sequence[tuple[int, int]], entries: int) -> str:
+    """SQL for a literal map ``xxhash64(file name) -> base offset`` of at least ``entries`` entries:
+    the planned files, padded with keys of no planned file that map to null (a row whose file hash
+    meets one still finds no base offset, so the stray check holds)."""
+    planned = {h for h, _ in by_hash}
+    keys = [_long(h) for h, _ in by_hash]
+    values = [_long(b) for _, b in by_hash]
+    filler = 0
+    while len(keys) < entries:
+        if filler not in planned:
+            keys.append(_long(filler))
+            values.append("NULL")
+        filler += 1
+    return f"map_from_arrays(array({', '.join(keys)}), array({', '.join(values)}))"
 
 
 def _entry_of(run: OffsetRun) -> str:
@@ -140,4 +186,5 @@ def _batch_of(run: OffsetRun) -> str:
     return f"({OFFSET} - {_long(run.start)}) % {_long(run.size)}"
 
 
-__all__ = ["FILE", "FILE_SEARCH_LIMIT", "OFFSET", "ROW", "RUN_SEARCH_LIMIT", "Positions", "positions", "search"]
+__all__ = ["FILE", "FILE_MAP_PAD_LIMIT", "FILE_SEARCH_LIMIT", "HASHED_MAP_CONF", "OFFSET", "ROW", "RUN_SEARCH_LIMIT",
+           "Positions", "base_offset_map", "hashed_map_entries", "positions", "search"]

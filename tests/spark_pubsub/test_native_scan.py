@@ -105,15 +105,24 @@ def test_every_topic_shape_reads_the_same_as_the_source(spark: Any, root: str) -
     assert assert_same(spark, root, topic="compacted") == 70
 
 
-@pytest.mark.parametrize("limits", [(0, 0), (0, 32), (64, 0)], ids=["both-joins", "file-join", "run-join"])
-def test_the_join_paths_for_many_files_and_runs_read_the_same(spark: Any, root: str, monkeypatch: Any,
-                                                               limits: tuple[int, int]) -> None:
-    """Above ``FILE_SEARCH_LIMIT`` files or ``RUN_SEARCH_LIMIT`` runs a scan joins instead of searching:
-    forced here on every shape (limit 0), partial reads included."""
+@pytest.mark.parametrize(("limits", "hashed_maps"), [((0, 0), False), ((0, 32), False), ((64, 0), True),
+                                                    ((0, 0), True)],
+                         ids=["both-joins", "file-join", "run-join", "file-map-run-join"])
+def test_the_map_and_join_paths_for_many_files_and_runs_read_the_same(spark: Any, root: str, monkeypatch: Any,
+                                                                       limits: tuple[int, int],
+                                                                       hashed_maps: bool) -> None:
+    """Above ``FILE_SEARCH_LIMIT`` files a scan looks base offsets up in a literal map (a join where
+    Spark has no hashed map lookup), above ``RUN_SEARCH_LIMIT`` runs it joins: forced here on every
+    shape (limit 0), partial reads included."""
     from spark_pubsub import native_ids
 
     monkeypatch.setattr(native_ids, "FILE_SEARCH_LIMIT", limits[0])
     monkeypatch.setattr(native_ids, "RUN_SEARCH_LIMIT", limits[1])
+    if not hashed_maps:
+        monkeypatch.setattr(native_ids, "hashed_map_entries", lambda spark: None)
+    assert (native_ids.hashed_map_entries(spark) is not None) == hashed_maps
+    plan = read_topic(spark, root, topic="small")._jdf.queryExecution().executedPlan().toString()
+    assert ("element_at" in plan) == (hashed_maps and limits[0] == 0), plan
     assert assert_same(spark, root, topics="shapes,small") > 160
     first = "persistent://public/default/shapes-partition-1"
     assert_same(spark, root, topic="shapes", startingOffsets=f'{{"{first}": 5}}', endingOffsets=f'{{"{first}": 40}}')
@@ -144,7 +153,10 @@ def test_only_the_snapshot_files_are_read_and_unused_positions_are_pruned(spark:
 
 def test_searches_at_their_limits_compile_to_java(spark: Any, tmp_path: Path) -> None:
     """A scan of ``FILE_SEARCH_LIMIT`` files and nearly ``RUN_SEARCH_LIMIT`` runs keeps Spark's generated
-    code (no fallback to interpreted evaluation, which Spark would otherwise take silently)."""
+    code (no fallback to interpreted evaluation, which Spark would otherwise take silently), and its
+    row loop stays within HotSpot's 8,000 bytes per method (a larger one is never JIT-compiled)."""
+    import re
+
     from spark_pubsub.native_ids import FILE_SEARCH_LIMIT, RUN_SEARCH_LIMIT
     from spark_pubsub.native_plan import offset_runs
 
@@ -173,6 +185,10 @@ def test_searches_at_their_limits_compile_to_java(spark: Any, tmp_path: Path) ->
         assert assert_same(spark, root, topic="wide") == 2 * FILE_SEARCH_LIMIT
     finally:
         spark.conf.unset("spark.sql.codegen.fallback")
+    executed = read_topic(spark, root, topic="wide")._jdf.queryExecution().executedPlan()
+    code = spark._jvm.org.apache.spark.sql.execution.debug.package.codegenString(executed)
+    sizes = [int(n) for n in re.findall(r"maxMethodCodeSize:(\d+)", code)]
+    assert sizes and max(sizes) <= 8000, sizes
 
 
 def test_the_driver_computes_sparks_own_xxhash64(spark: Any) -> None:
@@ -206,14 +222,20 @@ def test_a_hash_collision_between_planned_files_takes_the_exact_join(spark: Any,
     assert assert_same(spark, root, topic="collide") == 30
 
 
-def test_a_row_from_a_file_outside_the_plan_fails_the_query(spark: Any, root: str) -> None:
+@pytest.mark.parametrize("search_limit", [64, 0], ids=["search", "map"])
+def test_a_row_from_a_file_outside_the_plan_fails_the_query(spark: Any, root: str, monkeypatch: Any,
+                                                            search_limit: int) -> None:
     """Defence in depth: were Spark to hand back a row of a file the plan does not name, the search's
-    leaf check fails the query naming that file rather than give it a neighbour's offsets."""
+    leaf check (or the map's missing key) fails the query naming that file rather than give it a
+    neighbour's offsets."""
     import dataclasses
 
     from pyspark.sql import functions as F
 
+    from spark_pubsub import native_ids
     from spark_pubsub.native_ids import positions
+
+    monkeypatch.setattr(native_ids, "FILE_SEARCH_LIMIT", search_limit)
     from spark_pubsub.native_scan import plan_read, root_uri, segment_rows
     from spark_pubsub.options import SourceOptions, parse_options
 
@@ -299,7 +321,12 @@ def test_spark_urls() -> None:
     assert spark_url("abfss://c@a.dfs.core.windows.net/r") == "abfss://c@a.dfs.core.windows.net/r"
 
 
-def test_a_connect_session_reads_the_same(spark: Any, connect: Any, root: str) -> None:
+@pytest.mark.parametrize("search_limit", [64, 0], ids=["search", "map"])
+def test_a_connect_session_reads_the_same(spark: Any, connect: Any, root: str, monkeypatch: Any,
+                                          search_limit: int) -> None:
+    from spark_pubsub import native_ids
+
+    monkeypatch.setattr(native_ids, "FILE_SEARCH_LIMIT", search_limit)
     native = read_topic(connect, root, topics="shapes,small").orderBy("topic", "offset")
     assert native.schema == SOURCE_SCHEMA
     assert native.collect() == via_source(spark, root, topics="shapes,small").collect()
