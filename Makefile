@@ -21,11 +21,16 @@ demo: $(STAMP)
 	$(PY) scripts/demo.py --root demo-data
 	$(PY) scripts/demo_spark.py --root demo-data
 
+# The suite mostly waits (child processes, JVM starts, fsync); TEST_WORKERS=3 runs it on worker
+# processes that overlap the waits (pytest-xdist). Off by default until the parallel run is shown
+# free of flakes on an idle machine (docs/DECISIONS.md D85); 0 is one process, in file order.
+TEST_WORKERS ?= 0
+
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist worksteal
 
 test-quick: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist worksteal
 
 lint: $(STAMP)
 	$(PY) -m ruff check broker_core spark_pubsub tests benchmarks
