@@ -21,10 +21,9 @@ demo: $(STAMP)
 	$(PY) scripts/demo.py --root demo-data
 	$(PY) scripts/demo_spark.py --root demo-data
 
-# The suite mostly waits (child processes, JVM starts, fsync); TEST_WORKERS=3 runs it on worker
-# processes that overlap the waits (pytest-xdist). Off by default until the parallel run is shown
-# free of flakes on an idle machine (docs/DECISIONS.md D85); 0 is one process, in file order.
-TEST_WORKERS ?= 0
+# The suite mostly waits (child processes, JVM starts, fsync): three worker processes overlap the
+# waits (pytest-xdist, docs/DECISIONS.md D85); TEST_WORKERS=0 runs it in one process, in file order.
+TEST_WORKERS ?= 3
 
 test: $(STAMP)
 	$(PY) -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist worksteal
