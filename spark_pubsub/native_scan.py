@@ -106,8 +106,7 @@ def read_topic(
                              "startingTimestamp": startingTimestamp, "endingTimestamp": endingTimestamp,
                              "readCompacted": readCompacted, "failOnDataLoss": failOnDataLoss,
                              "valueFormat": valueFormat}
-    strings = {k: _option_string(k, v) for k, v in given.items() if v is not None}
-    strings.update({f"storage.{k}": _option_string(k, v) for k, v in (storage_options or {}).items()})
+    strings = option_strings(given, storage_options)
     options: SourceOptions = parse_options(SourceOptions, strings)
     if read_plan(options) is not None:  # a typed topic: the value is decoded in Python (docs/SPARK.md)
         log.info("read_topic: %s has a record schema; reading it through format('pubsub'), which decodes "
@@ -118,6 +117,14 @@ def read_topic(
     if not spark_can_open(spark, base, plans):
         return spark.read.format("pubsub").options(**strings).load()
     return scan_plans(spark, base, plans, fail_on_data_loss=options.fail_on_data_loss)
+
+
+def option_strings(given: Mapping[str, Any], storage_options: Mapping[str, str] | None) -> dict[str, str]:
+    """Keyword options (None: not given) and ``storage_options`` as the strings ``format("pubsub")``
+    is given (``storage.*`` for the store's keys), for one options model and its errors."""
+    strings = {k: _option_string(k, v) for k, v in given.items() if v is not None}
+    strings.update({f"storage.{k}": _option_string(k, v) for k, v in (storage_options or {}).items()})
+    return strings
 
 
 def _option_string(name: str, value: Any) -> str:

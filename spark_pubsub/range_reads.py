@@ -27,7 +27,7 @@ from broker_core.broker.broker import Broker
 from broker_core.errors import DataLoss, InvalidConfiguration
 from broker_core.naming import TopicName
 from spark_pubsub.native_plan import TopicRead, plan_topic_read
-from spark_pubsub.native_scan import root_uri, scan_plans, spark_can_open, spark_url
+from spark_pubsub.native_scan import option_strings, root_uri, scan_plans, spark_can_open, spark_url
 from spark_pubsub.offsets import read_plan
 from spark_pubsub.options import SourceOptions, parse_options
 from spark_pubsub.schema import SOURCE_SCHEMA
@@ -84,11 +84,8 @@ def read_ranges(
     _refuse(others)
     wanted = _collect(ranges)
     topics = sorted({_user_topic(r) for r in wanted}) or ["persistent://public/default/unused"]
-    strings = {"path": root, "topics": ",".join(topics), "failOnDataLoss": _option_string("failOnDataLoss",
-                                                                                         failOnDataLoss)}
-    if valueFormat is not None:
-        strings["valueFormat"] = _option_string("valueFormat", valueFormat)
-    strings.update({f"storage.{k}": _option_string(k, v) for k, v in (storage_options or {}).items()})
+    strings = option_strings({"path": root, "topics": ",".join(topics), "failOnDataLoss": failOnDataLoss,
+                              "valueFormat": valueFormat}, storage_options)
     options: SourceOptions = parse_options(SourceOptions, strings)
     merged = merge_ranges(wanted)
     if not merged:  # an empty batch (or only empty ranges): nothing to plan
@@ -103,21 +100,11 @@ def read_ranges(
     return scan_plans(spark, base, plans, fail_on_data_loss=options.fail_on_data_loss)
 
 
-def _option_string(name: str, value: Any) -> str:
-    """A keyword argument as the string Spark would pass (booleans lower-case, as Spark writes them)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (str, int)):
-        return str(value)
-    raise InvalidConfiguration(f"option {name}: expected a string, int or bool, got {value!r}", option=name)
-
-
 def _refuse(others: Mapping[str, Any]) -> None:
     """A keyword ``read_ranges`` does not take: a typed error naming it and what to do instead."""
     by_lower = {o.lower(): o for o in _OWN_OPTIONS}
+    fixed = {f.alias: f.title for f in SourceOptions.model_fields.values() if f.alias and f.alias not in by_lower}
     for name in others:
-        fixed = {f.alias: f.title for f in SourceOptions.model_fields.values()
-                 if f.alias and f.alias not in by_lower}
         if name.lower() in fixed:
             raise InvalidConfiguration(
                 f"option {fixed[name.lower()]} of read_ranges: the stream's ranges decide which messages are "

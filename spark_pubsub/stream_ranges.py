@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from broker_core.naming import TopicName
@@ -38,16 +39,7 @@ RANGES_SCHEMA = StructType([
 ])
 """One row per internal topic with data in the micro-batch (``emit=ranges``)."""
 
-RANGES_ARROW_SCHEMA = pa.schema([
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("partition", pa.int32(), nullable=False),
-    pa.field("internalTopic", pa.string(), nullable=False),
-    pa.field("startOffset", pa.int64(), nullable=False),
-    pa.field("endOffset", pa.int64(), nullable=False),
-    pa.field("ledgerId", pa.int64(), nullable=False),
-    pa.field("compactedHorizon", pa.int64(), nullable=True),
-    pa.field("compactedFile", pa.string(), nullable=True),
-])
+RANGES_ARROW_SCHEMA = to_arrow_schema(RANGES_SCHEMA)
 
 REQUIRED_COLUMNS = ("partition", "internalTopic", "startOffset", "endOffset")
 """What ``read_ranges`` cannot do without; ``ledgerId`` and the view columns are checked when present."""
