@@ -109,6 +109,15 @@ def retry_or_dead_letter(
         routes.setdefault(target, []).append(i)
         new_props.append(list(current.items()))
     stored = originals.rows
+    known: dict[tuple[str, bytes | None, str], bytes | None] = {}
+
+    def letter_version(topic: str, version: bytes | None, target: str) -> bytes | None:
+        """Looked up and registered once per (origin, writer version, letter topic), not per row."""
+        key = (topic, version, target)
+        if key not in known:
+            known[key] = _letter_version(broker, topic, version, target)
+        return known[key]
+
     table = pa.table({name: stored.column(name) for name in ("value", "key", "ordering_key")}).append_column(
         "properties", pa.array(new_props, pa.map_(pa.string(), pa.string())))
     versions = stored.column("schema_version").to_pylist()
@@ -118,7 +127,7 @@ def retry_or_dead_letter(
             part = part.append_column("deliver_at", pa.array([now_ms + delay_ms] * part.num_rows, pa.int64()))
         segment_rows, explicit = to_segment_rows(part, publish_time_ms=now_ms,
                                                  max_message_size=broker.config.max_message_size)
-        letter_versions = [_letter_version(broker, originals.internal_topics[i], versions[i], target) for i in rows]
+        letter_versions = [letter_version(originals.internal_topics[i], versions[i], target) for i in rows]
         segment_rows = segment_rows.set_column(
             segment_rows.schema.get_field_index("schema_version"), "schema_version",
             pa.array(letter_versions, pa.binary()))

@@ -245,22 +245,24 @@ class RoundRobinRouter(_KeyHashRouter):
         return self._partition_switch_ms
 
     def _keyless_one(self) -> int:
-        if self._batching_enabled:
-            return (self._clock.now_ms() // self._partition_switch_ms + self._start_index) % self._num_partitions
-        with self._lock:
-            first = self._next_counter
-            self._next_counter += 1
-        return first % self._num_partitions
+        return self._first_keyless(1) % self._num_partitions
 
     def _keyless(self, count: int) -> np.ndarray:
+        first = self._first_keyless(count)
         if self._batching_enabled:
-            # One clock reading per call: a bulk append is one batch written at one instant.
-            window = self._clock.now_ms() // self._partition_switch_ms
-            return np.full(count, (window + self._start_index) % self._num_partitions, dtype=np.int32)
+            return np.full(count, first % self._num_partitions, dtype=np.int32)
+        return (np.arange(first, first + count, dtype=np.int64) % self._num_partitions).astype(np.int32)
+
+    def _first_keyless(self, count: int) -> int:
+        """Where ``count`` keyless messages start: when batching, the current time window (one clock
+        reading per call: a bulk append is one batch written at one instant, so all share it); else
+        the first of ``count`` round-robin counter values, reserved under the lock."""
+        if self._batching_enabled:
+            return self._clock.now_ms() // self._partition_switch_ms + self._start_index
         with self._lock:
             first = self._next_counter
             self._next_counter += count
-        return (np.arange(first, first + count, dtype=np.int64) % self._num_partitions).astype(np.int32)
+        return first
 
 
 class SinglePartitionRouter(_KeyHashRouter):

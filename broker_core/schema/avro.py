@@ -111,13 +111,7 @@ class AvroSchema(Schema):
         return value
 
     def encode(self, value: Any) -> bytes:
-        buffer = io.BytesIO()
-        datum = value.__dict__ if type(value) is self._plain_cls else self._datum(value)
-        try:
-            _write(buffer, self._parsed, datum)
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise PayloadTypeError(f"value does not fit the Avro schema {self._definition_name()}: {exc}") from None
-        return buffer.getvalue()
+        return self._encode_datum(value.__dict__ if type(value) is self._plain_cls else self._datum(value))
 
     def deferred_encoder(self) -> RecordEncoder | None:
         """Whole batches encoded at once (``avro_encode``) for a record class of plain fields; None
