@@ -69,6 +69,35 @@ def test_a_directory_in_place_of_a_segment_is_unreadable_not_a_raw_os_error(tmp_
         topic.read(0, 6)
 
 
+def _replace_segment_file(root: Path, topic: TopicLog, index: int, data: bytes) -> None:
+    (root / TOPIC_DIR / topic.snapshot().segments[index].path).write_bytes(data)
+
+
+def test_a_segment_file_shorter_than_its_add_is_unreadable(tmp_path: Path) -> None:
+    topic = _topic_with_segments(tmp_path, 3)
+    victim = tmp_path / TOPIC_DIR / topic.snapshot().segments[1].path
+    _replace_segment_file(tmp_path, topic, 1, victim.read_bytes()[:-9])  # a truncated copy
+    with pytest.raises(SegmentCorrupted, match=r"offsets 3..5\) is unreadable.*--repair"):
+        topic.read(0, 9)
+    _, offsets, stop = topic.read_until(0, 9)
+    assert (offsets.tolist(), stop) == ([0, 1, 2], 3)
+
+
+def test_a_segment_file_of_another_size_than_its_add_is_decoded_as_it_is(tmp_path: Path) -> None:
+    """One read of the recorded size is the fast path; a file that is longer (another valid segment
+    copied over it) is still decoded whole, so the row-count check names what it holds."""
+    topic = _topic_with_segments(tmp_path, 3)
+    other = _topic_with_segments(tmp_path / "other", 1)
+    other.append(producer_table("q", list(range(40))), layout=[40])
+    bigger = other.snapshot().segments[1]
+    assert bigger.size_bytes > topic.snapshot().segments[1].size_bytes
+    _replace_segment_file(tmp_path, topic, 1, (tmp_path / "other" / TOPIC_DIR / bigger.path).read_bytes())
+    with pytest.raises(SegmentCorrupted, match=r"holds 40 rows, its log entry says 3"):
+        topic.read(0, 9)
+    table, _ = topic.read(6, 9)  # the segments around it read as before
+    assert table.column("sequence_id").to_pylist() == [6, 7, 8]
+
+
 def test_the_segment_cache_charges_each_entry_once_and_stays_within_its_budget(tmp_path: Path) -> None:
     topic = _topic_with_segments(tmp_path, 12)
     one = topic.segment_table(topic.snapshot().segments[0])
