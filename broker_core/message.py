@@ -264,8 +264,9 @@ def messages_from_rows(
                      versions=table.column("schema_version"))
     new = Message
     return [
-        new(value, key, ordering_key, dict(prop) if prop else _NO_PROPERTIES, producer, seq, published or 0, event_ms or 0,
-            deliver_ms, version, None, topic, 0, schema, offset, sticky_hash or 0, None, -1, None, batch, row)
+        new(value, key, ordering_key, dict(prop) if prop else _NO_PROPERTIES, producer, seq, published or 0,
+            event_ms or 0, deliver_ms, version, None, topic, 0, schema, offset, sticky_hash or 0, None, -1, None, batch,
+            row)
         for row, (value, key, ordering_key, prop, producer, seq, published, event_ms, deliver_ms, version, offset,
                   sticky_hash) in enumerate(zip(
             values, keys, ordering, props, producers, seqs, publish, event, deliver, versions, offsets.tolist(),

@@ -72,10 +72,10 @@ class Consumer(ConsumerDispatch):
             queue.clear()
         else:
             msgs = list(starmap(queue.popleft, repeat((), count)))
-        keys = list(zip(map(_SOURCE, msgs), map(_OFFSET, msgs)))
-        self._unacked.update(zip(keys, msgs))
+        keys = list(zip(map(_SOURCE, msgs), map(_OFFSET, msgs), strict=True))
+        self._unacked.update(zip(keys, msgs, strict=True))
         if self._ack_timeout_s is not None:
-            self._deadlines.update(zip(keys, repeat(time.monotonic() + self._ack_timeout_s)))
+            self._deadlines.update(zip(keys, repeat(time.monotonic() + self._ack_timeout_s, len(keys)), strict=True))
         if len(queue) < self._refill_below and not self._refill_asked:
             self._refill_asked = True
             self._wake.set()

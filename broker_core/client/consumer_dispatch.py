@@ -221,7 +221,7 @@ class ConsumerDispatch(ConsumerAcks):
         """
         with self._cv:
             upto = max(self._pending_cumulative.get(index, -1), self._flushing[1].get(index, -1))
-            if part.active and 0 <= part.read_pos and self._read_ends.get(index, 0) <= part.read_pos:
+            if part.active and self._read_ends.get(index, 0) <= part.read_pos:  # (never past a reset: -1)
                 return set(), upto
             local: set[int] = set(self._pending_acks.get(index, ()))
             local.update(self._flushing[0].get(index, ()))
