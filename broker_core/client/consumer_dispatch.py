@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from operator import attrgetter
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from broker_core.message import Message
 from broker_core.subscription.cursor import ConsumerType, Cursor
 
 _LOG = logging.getLogger(__name__)
+_PROPERTIES = attrgetter("_properties")
 
 
 class ConsumerDispatch(ConsumerAcks):
@@ -293,6 +295,11 @@ class ConsumerDispatch(ConsumerAcks):
         _LOG.warning("consumer %s: %s (crypto_failure_action=FAIL)", self._name, self._decryptor.last_error)
 
     def _deliver(self, index: int, part: SubscriptionPart, msgs: list[Message]) -> None:
+        if self._dead_letters is None and not any(map(_PROPERTIES, msgs)):  # nothing to decrypt or divert:
+            for msg in msgs:  # (the common read, without the per-message checks below)
+                msg._source = index
+            self._enqueue_ready(msgs)
+            return
         ready: list[Message] = []
         for msg in msgs:
             msg._source = index
@@ -307,6 +314,9 @@ class ConsumerDispatch(ConsumerAcks):
                     self._pending_acks.setdefault(index, []).extend(msg._chunk_offsets or [msg._offset])
                 continue
             ready.append(msg)
+        self._enqueue_ready(ready)
+
+    def _enqueue_ready(self, ready: list[Message]) -> None:
         if ready:
             with self._cv:
                 self._queue.extend(ready)
