@@ -7,7 +7,9 @@ Python object per message only at the point the API needs one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,7 +31,7 @@ class Message:
     _data: bytes | None
     _key: str | None
     _ordering_key: bytes | None
-    _properties: dict[str, str]
+    _properties: Mapping[str, str]  # read-only: replaced, never changed in place (``_NO_PROPERTIES``)
     _producer_name: str | None
     _sequence_id: int | None
     _publish_time_ms: int
@@ -62,6 +64,9 @@ class Message:
         # decoded with the whole segment read, once (a second call decodes afresh), unless the payload
         # was replaced since (decrypted, chunks joined)
         if batch is not None and batch.payloads[self._row] is self._data:
+            rows = batch.rows
+            if rows is not None:  # (``RowBatch.value`` inline: the path of every message of a decoded read)
+                return batch.of_row(rows[self._row])
             value = batch.value(self._row)
             if value is not _UNDECODED:
                 return value
@@ -124,6 +129,8 @@ class Message:
         return f"Message(id={self.message_id()}, topic={self._topic!r}, key={self._key!r}, value={size})"
 
 
+_NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})  # what most received messages carry: one shared,
+# read-only object, not an empty dict per message that the garbage collector tracks in the receiver queue
 _UNDECODED = object()  # ``RowBatch.value``: no value from the batch, decode the message alone
 _MIN_BATCH_ROWS = 256  # below this, decoding message by message is cheaper than one vectorised pass
 # (the NumPy pass costs ~0.2 ms whatever the size: at 100 rows it is slower than fastavro per message,
@@ -143,8 +150,8 @@ class RowBatch:
     every message decodes alone.
     """
 
-    __slots__ = ("_column", "_entries", "_indexes", "_of_row", "_rows", "_schema", "_values", "_versions",
-                 "ledger_id", "partition", "payloads", "topic")
+    __slots__ = ("_column", "_entries", "_indexes", "_schema", "_values", "_versions", "ledger_id", "of_row",
+                 "partition", "payloads", "rows", "topic")
 
     def __init__(self, payloads: list[bytes | None], entries: list[int], indexes: list[int], *, ledger_id: int,
                  partition: int, topic: str, schema: Schema | None, column: pa.ChunkedArray,
@@ -159,17 +166,17 @@ class RowBatch:
         self._column: pa.ChunkedArray | None = column if schema is not None else None
         self._versions: pa.ChunkedArray | None = versions if schema is not None else None
         self._values: dict[int, Any] | None = None if schema is not None else {}
-        self._rows: list[tuple[Any, ...]] | None = None  # decoded rows that each ``value()`` builds anew
-        self._of_row: Any = None  # the schema's ``value_of_datum`` for them
+        self.rows: list[tuple[Any, ...]] | None = None  # decoded rows that each ``value()`` builds anew
+        self.of_row: Any = None  # the schema's ``row_builder()`` for them
 
     def message_id(self, row: int) -> MessageId:
         return MessageId._trusted(self.partition, self.ledger_id, self._entries[row], self._indexes[row], self.topic)
 
     def value(self, row: int) -> Any:
         """The decoded value of ``row`` (once), or ``_UNDECODED``."""
-        rows = self._rows
+        rows = self.rows
         if rows is not None:  # immutable rows: the schema builds a new value from one at every call
-            return self._of_row(rows[row])
+            return self.of_row(rows[row])
         values = self._values
         if values is None:
             column, versions, self._column, self._versions = self._column, self._versions, None, None
@@ -178,7 +185,7 @@ class RowBatch:
                 decoded = self._schema.decode_values(column.combine_chunks(), versions.combine_chunks(), self.topic)
             if decoded and type(decoded[0]) is tuple:
                 assert self._schema is not None
-                self._of_row, self._rows = self._schema.value_of_datum, decoded
+                self.of_row, self.rows = self._schema.row_builder(), decoded
                 return self.value(row)
             # by row, so that taking one is a single ``pop`` (atomic: two threads never get the same datum)
             values = self._values = dict(enumerate(decoded)) if decoded is not None else {}
@@ -257,8 +264,9 @@ def messages_from_rows(
                      versions=table.column("schema_version"))
     new = Message
     return [
-        new(value, key, ordering_key, dict(prop) if prop else {}, producer, seq, published or 0, event_ms or 0,
-            deliver_ms, version, None, topic, 0, schema, offset, sticky_hash or 0, None, -1, None, batch, row)
+        new(value, key, ordering_key, dict(prop) if prop else _NO_PROPERTIES, producer, seq, published or 0,
+            event_ms or 0, deliver_ms, version, None, topic, 0, schema, offset, sticky_hash or 0, None, -1, None, batch,
+            row)
         for row, (value, key, ordering_key, prop, producer, seq, published, event_ms, deliver_ms, version, offset,
                   sticky_hash) in enumerate(zip(
             values, keys, ordering, props, producers, seqs, publish, event, deliver, versions, offsets.tolist(),

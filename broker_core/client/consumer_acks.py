@@ -111,11 +111,15 @@ class ConsumerAcks(ConsumerBase):
         self._lock = threading.RLock()  # hot paths enter the lock directly: Condition's __enter__ is Python
         self._cv = threading.Condition(self._lock)
         self._queue: deque[Message] = deque()
-        self._unacked: dict[tuple[int, int], tuple[Message, float | None]] = {}
+        # received and not acknowledged, by (part, offset); with an ack timeout, when each is due again
+        # (a message alone, no tuple per message: a big receiver queue's worth stays tracked by the GC)
+        self._unacked: dict[tuple[int, int], Message] = {}
+        self._deadlines: dict[tuple[int, int], float] = {}
         self._pending_acks: dict[int, list[int]] = {}
         self._pending_cumulative: dict[int, int] = {}
         self._flushing: tuple[dict[int, list[int]], dict[int, int]] = ({}, {})  # being committed now
         self._redeliveries: dict[int, list[int]] = {}
+        self._read_ends: dict[int, int] = {}  # per part: all this consumer holds lies below (_held_locally)
         self._nacks: list[tuple[float, Message]] = []
         self._wake = threading.Event()
         self._refill_asked = False  # ``_take`` set ``_wake`` for a refill since the dispatcher's last round

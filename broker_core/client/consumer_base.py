@@ -33,7 +33,7 @@ class ConsumerBase(abc.ABC):
     ``_take`` pops the next message off ``_queue`` and does the subclass's bookkeeping; it is
     called with ``_cv`` held.  ``_redeliver`` hands messages back for delivery, the subclass's way
     (through the cursor, or dispatched again in memory).  ``_unacked`` maps a subclass's key of a
-    received message to the message and its ack-timeout deadline; ``_nacks`` holds negatively
+    received message to what it keeps of it (``_unacked_messages`` lists the messages); ``_nacks`` holds negatively
     acknowledged messages with the time they are due again.  ``_log`` is the logger a failing
     message listener is reported to.
     """
@@ -49,7 +49,7 @@ class ConsumerBase(abc.ABC):
     _queue: deque[Message]
     _batch_policy: ConsumerBatchReceivePolicy
     _listener: Callable[[Any, Message], None] | None
-    _unacked: dict[Any, tuple[Message, float | None]]
+    _unacked: dict[Any, Any]  # see ``_unacked_messages``
     _nacks: list[tuple[float, Message]]
     _nack_delay_ms: int
     _nack_backoff: MultiplierRedeliveryBackoff | None
@@ -57,6 +57,14 @@ class ConsumerBase(abc.ABC):
     @abc.abstractmethod
     def _take(self) -> Message:
         """Pop the next queued message and track it as unacknowledged (call with ``_cv`` held)."""
+
+    def _take_many(self, count: int) -> list[Message]:
+        """Pop the next ``count`` queued messages (``_take`` each, unless a subclass does them at once)."""
+        return [self._take() for _ in range(count)]
+
+    def _unacked_messages(self) -> list[Message]:
+        """The received and unacknowledged messages (``_unacked`` values here: message and deadline)."""
+        return [m for m, _ in self._unacked.values()]
 
     @abc.abstractmethod
     def _redeliver(self, msgs: list[Message]) -> None:
@@ -99,7 +107,7 @@ class ConsumerBase(abc.ABC):
     def batch_receive(self) -> list[Message]:
         """Messages up to the batch receive policy's limits, waiting at most its timeout; damaged
         storage is raised once, as by ``receive``, after every message before it."""
-        return collect_batch(self._cv, self._queue, self._take, self._check_open, self._batch_policy,
+        return collect_batch(self._cv, self._queue, self._take_many, self._check_open, self._batch_policy,
                              self._pending_damage)
 
     def _listen(self) -> None:
@@ -164,7 +172,7 @@ class ConsumerBase(abc.ABC):
         """Redeliver every message received and not acknowledged yet, now."""
         self._check_open()
         with self._cv:
-            msgs = [m for m, _ in self._unacked.values()]
+            msgs = self._unacked_messages()
             self._unacked.clear()
         self._redeliver(msgs)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from operator import attrgetter
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from broker_core.message import Message
 from broker_core.subscription.cursor import ConsumerType, Cursor
 
 _LOG = logging.getLogger(__name__)
+_PROPERTIES = attrgetter("_properties")
 
 
 class ConsumerDispatch(ConsumerAcks):
@@ -138,12 +140,14 @@ class ConsumerDispatch(ConsumerAcks):
                 ready = [m for t, m in self._nacks if t <= now_s]
                 self._nacks = [(t, m) for t, m in self._nacks if t > now_s]
                 due.extend(ready)
-            if self._ack_timeout_s is not None:
-                expired = [
-                    k for k, (_, deadline) in self._unacked.items() if deadline is not None and deadline <= now_s
-                ]
-                for key in expired:
-                    due.append(self._unacked.pop(key)[0])
+            if self._ack_timeout_s is not None:  # (a deadline outlives a cumulative ack, nack or seek of its
+                # message: it is dropped here when due, with no message left to hand back)
+                deadlines = self._deadlines
+                for key in [k for k, deadline in deadlines.items() if deadline <= now_s]:
+                    del deadlines[key]
+                    msg = self._unacked.pop(key, None)
+                    if msg is not None:
+                        due.append(msg)
         if due:
             self._redeliver(due)
 
@@ -164,7 +168,7 @@ class ConsumerDispatch(ConsumerAcks):
                 return changed
             # in-order reads: what this consumer holds, then the cursor.  An acknowledgment is pending,
             # being flushed (both held) or committed (in the cursor, which is read after): never neither
-            held = None if claims else self._held_locally(index)
+            held = None if claims else self._held_locally(index, part)
             version, cursor = part.store.load(max_age_s=self._cursor_max_age_s)
             if cursor is None:
                 part.log.snapshot()  # the cursor vanished: TopicDeleted here if the topic went with it
@@ -189,6 +193,7 @@ class ConsumerDispatch(ConsumerAcks):
                 drained = len(offsets) < space
             else:
                 offsets, drained, cursor = self._read_in_order(part, cursor, now_ms, space, held)
+                self._read_up_to(index, part.read_pos)
             if drained:
                 self._seen[index] = marker
             else:
@@ -207,18 +212,33 @@ class ConsumerDispatch(ConsumerAcks):
                 self._deliver(index, part, msgs)
         return changed
 
-    def _held_locally(self, index: int) -> tuple[set[int], int]:
+    def _held_locally(self, index: int, part: SubscriptionPart) -> tuple[set[int], int]:
         """What this consumer holds of part ``index`` (see ``_read_in_order``): the offsets, and the
-        highest cumulative acknowledgment not flushed yet (-1 if none)."""
+        highest cumulative acknowledgment not flushed yet (-1 if none).
+
+        Everything it holds was read (or acknowledged by id) below ``_read_ends[index]``; a read that
+        goes on at or past that point (reading a backlog forward, the common case) can meet none of
+        it, so the offsets are not gathered: that would walk every queued and unacknowledged message
+        at each round.  Only a read that starts lower (after a rewind, a seek, a failover) needs them.
+        """
         with self._cv:
+            upto = max(self._pending_cumulative.get(index, -1), self._flushing[1].get(index, -1))
+            if part.active and self._read_ends.get(index, 0) <= part.read_pos:  # (never past a reset: -1)
+                return set(), upto
             local: set[int] = set(self._pending_acks.get(index, ()))
             local.update(self._flushing[0].get(index, ()))
             local.update(self._redeliveries.get(index, ()))
-            held_msgs = [m for m, _ in self._unacked.values()] + list(self._queue)
+            held_msgs = [*self._unacked.values(), *self._queue]
             for msg in held_msgs + [m for _, m in self._nacks]:
                 if msg._source == index:
                     local.update(msg._chunk_offsets or [msg._offset])
-            return local, max(self._pending_cumulative.get(index, -1), self._flushing[1].get(index, -1))
+            return local, upto
+
+    def _read_up_to(self, index: int, end: int) -> None:
+        """Note that this consumer has read (or acknowledged by id) part ``index`` below ``end``."""
+        with self._cv:
+            if end > self._read_ends.get(index, 0):
+                self._read_ends[index] = end
 
     def _read_in_order(
         self, part: SubscriptionPart, cursor: Cursor, now_ms: int, space: int, held_locally: tuple[set[int], int]
@@ -275,6 +295,11 @@ class ConsumerDispatch(ConsumerAcks):
         _LOG.warning("consumer %s: %s (crypto_failure_action=FAIL)", self._name, self._decryptor.last_error)
 
     def _deliver(self, index: int, part: SubscriptionPart, msgs: list[Message]) -> None:
+        if self._dead_letters is None and not any(map(_PROPERTIES, msgs)):  # nothing to decrypt or divert:
+            for msg in msgs:  # (the common read, without the per-message checks below)
+                msg._source = index
+            self._enqueue_ready(msgs)
+            return
         ready: list[Message] = []
         for msg in msgs:
             msg._source = index
@@ -289,6 +314,9 @@ class ConsumerDispatch(ConsumerAcks):
                     self._pending_acks.setdefault(index, []).extend(msg._chunk_offsets or [msg._offset])
                 continue
             ready.append(msg)
+        self._enqueue_ready(ready)
+
+    def _enqueue_ready(self, ready: list[Message]) -> None:
         if ready:
             with self._cv:
                 self._queue.extend(ready)

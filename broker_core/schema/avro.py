@@ -182,6 +182,9 @@ class AvroSchema(Schema):
             return record
         return self._record_cls._from_datum(datum, trusted=True) if self._record_cls is not None else datum
 
+    def row_builder(self) -> Callable[[Any], Any]:
+        return self._record_of_row if self._record_of_row is not None else self.value_of_datum
+
     def decode_with(self, data: bytes, writer: SchemaInfo | None) -> Any:
         """Decode a payload written with ``writer`` (None: this very schema), resolved to this schema."""
         if writer is None or writer.definition == self._text:

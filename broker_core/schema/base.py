@@ -89,6 +89,11 @@ class Schema(ABC):
         """The value of one item of ``decode_values``'s list (built when the message asks for it)."""
         return datum
 
+    def row_builder(self) -> Callable[[Any], Any]:
+        """What ``value_of_datum`` does to a tuple row of ``decode_values``, as one function (the
+        received message's ``value()`` calls it directly)."""
+        return self.value_of_datum
+
     def attach_client(self, client: Any) -> None:
         """Let the schema look up writer schemas of the client's topics (the official hook)."""
         lookup = getattr(client, "_schema_lookup", None)

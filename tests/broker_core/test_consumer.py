@@ -406,6 +406,23 @@ def test_ack_timeout_redelivers_unacknowledged_messages(client: Client, kind: Co
     consumer.close()
 
 
+def test_ack_timeout_covers_batch_received_messages_until_acknowledged(client: Client) -> None:
+    """``batch_receive`` takes a run of messages at once: each still gets its ack-timeout deadline, and
+    an acknowledgment (single or cumulative) ends it."""
+    send_all(client, "t", ["a", "b", "c", "d"])
+    consumer = subscribe(client, unacked_messages_timeout_ms=1000,
+                         batch_receive_policy=ConsumerBatchReceivePolicy(4, -1, WAIT_MS))
+    batch = consumer.batch_receive()
+    assert values(batch) == ["a", "b", "c", "d"]
+    consumer.acknowledge_cumulative(batch[1])
+    consumer.acknowledge(batch[3])
+    again = consumer.receive(WAIT_MS)  # c alone comes back after the ack timeout
+    assert (again.data(), again.redelivery_count()) == (b"c", 1)
+    consumer.acknowledge(again)
+    assert drain(consumer) == []
+    consumer.close()
+
+
 @BOTH_CLIENTS
 def test_redeliver_unacknowledged_messages(client: Client) -> None:
     send_all(client, "t", ["a", "b", "c"])
