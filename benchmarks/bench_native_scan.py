@@ -19,10 +19,13 @@ Rows (goal: native scan / Parquet <= 1.3):
 * Data Source path: ``spark.read.format("pubsub")``;
 * reference, the native scan's floor: Spark's Parquet reader over the same files producing the same
   columns (the 9 the source reads, constants, ``_metadata.row_index`` as the offset and the message
-  id string built from it) but with no per-file lookup: what the source's schema costs in Spark;
+  id string built from it as the native scan builds it) but with no per-file lookup: what the
+  source's schema costs in Spark;
 * reference, file map: the native scan with its file search turned off (``FILE_SEARCH_LIMIT = 0``),
   as a topic with more than ``FILE_SEARCH_LIMIT`` files reads: the base offsets come from a literal
   map keyed by the file name's hash (Spark's hashed ``element_at``);
+* reference, string-concat ids: the native scan with its message ids built by ``concat`` of
+  strings, as before D97 (now ``concat`` of bytes read as a string: the same text, less CPU);
 * reference, join paths: the native scan with its searches and the map turned off (a broadcast join
   on the file name and one on the offset bucket), as before the map (and as on a Spark without
   hashed map lookups, or a topic with more than ``RUN_SEARCH_LIMIT`` layout runs per scan).
@@ -61,14 +64,14 @@ def _floor(spark: Any, files: list[str]) -> Any:
     """The source's columns from Spark's reader with ``row_index`` as the offset: no per-file lookup."""
     from pyspark.sql import functions as F
 
-    from spark_pubsub.native_scan import _SEGMENT_COLUMNS, segment_read_schema
+    from spark_pubsub.native_scan import _SEGMENT_COLUMNS, message_id_column, segment_read_schema
 
     rows = spark.read.schema(segment_read_schema(_SEGMENT_COLUMNS)).parquet(*files)
     offset = F.col("_metadata.row_index")
     epoch = F.lit(0).cast("timestamp")
     return rows.select(
         "key", "value", F.lit(TOPIC).alias("topic"), F.lit(-1).alias("partition"), offset.alias("offset"),
-        F.concat(F.lit("1:"), offset.cast("string"), F.lit(":-1:-1")).alias("messageId"),
+        message_id_column(F, 1, -1, offset, None).alias("messageId"),
         F.coalesce("publish_time", epoch).alias("publishTime"), F.col("event_time").alias("eventTime"),
         "properties", F.col("producer_name").alias("producerName"), F.col("sequence_id").alias("sequenceId"),
         F.col("ordering_key").alias("orderingKey"), F.lit(0).alias("redeliveryCount"),
@@ -92,6 +95,23 @@ def _searches_off(spark: Any, root: Path, *, maps: bool) -> Any:
         native_ids.FILE_SEARCH_LIMIT, native_ids.RUN_SEARCH_LIMIT, native_ids.hashed_map_entries = saved
 
 
+def _string_concat_ids(spark: Any, root: Path) -> Any:
+    """The native scan with its message ids concatenated as strings (``concat`` of ``string`` parts,
+    as before D97), not as bytes."""
+    from spark_pubsub import native_scan, read_topic
+
+    def as_strings(F: Any, ledger_id: int, partition: int, entry: Any, batch: Any) -> Any:
+        tail = [F.lit(f":{partition}:-1")] if batch is None else [F.lit(f":{partition}:"), batch.cast("string")]
+        return F.coalesce(F.concat(F.lit(f"{ledger_id}:"), entry.cast("string"), *tail), F.lit(""))
+
+    saved = native_scan.message_id_column
+    native_scan.message_id_column = as_strings
+    try:
+        return read_topic(spark, str(root), topic=TOPIC)
+    finally:
+        native_scan.message_id_column = saved
+
+
 def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]:
     """Time every query (see the module docstring); print the figures; return the summary ratios."""
     from spark_pubsub import read_topic
@@ -111,6 +131,7 @@ def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]
         "reference: Parquet reader + the source's columns, no lookup": lambda: _floor(spark, files),
         "reference: native scan, file map (search off)": lambda: _searches_off(spark, root, maps=True),
         "reference: native scan, join paths (searches and map off)": lambda: _searches_off(spark, root, maps=False),
+        "reference: native scan, message ids as string concat": lambda: _string_concat_ids(spark, root),
     }
     walls: dict[str, list[float]] = {name: [] for name in queries}
     cpus: dict[str, list[float]] = {name: [] for name in queries}
@@ -127,7 +148,7 @@ def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]
     for name in queries:
         print(f"  {name:62} {wall[name]:6.2f} s  JVM CPU {cpu[name]:6.2f} s  "
               f"(runs: {', '.join(f'{t:.2f}' for t in walls[name])})", flush=True)
-    parquet, native, source, floor, file_map, joins = queries
+    parquet, native, source, floor, file_map, joins, string_ids = queries
     return [("native scan / Parquet (wall)", wall[native] / wall[parquet]),
             ("native scan / Parquet (JVM CPU)", cpu[native] / cpu[parquet]),
             ("Data Source path / Parquet (wall)", wall[source] / wall[parquet]),
@@ -138,7 +159,9 @@ def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]
             ("reference: file map / Parquet (wall)", wall[file_map] / wall[parquet]),
             ("reference: file map / Parquet (JVM CPU)", cpu[file_map] / cpu[parquet]),
             ("reference: join paths / Parquet (wall)", wall[joins] / wall[parquet]),
-            ("reference: join paths / Parquet (JVM CPU)", cpu[joins] / cpu[parquet])]
+            ("reference: join paths / Parquet (JVM CPU)", cpu[joins] / cpu[parquet]),
+            ("reference: native scan / string-concat ids (wall)", wall[native] / wall[string_ids]),
+            ("reference: native scan / string-concat ids (JVM CPU)", cpu[native] / cpu[string_ids])]
 
 
 def print_summary(ratios: list[tuple[str, float]]) -> None:

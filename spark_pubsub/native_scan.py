@@ -249,13 +249,7 @@ def _source_columns(F: Any, frame: DataFrame, plan: TopicRead, offset: Column, e
                     batch: Column | None) -> DataFrame:
     """Segment columns plus positions, as ``SOURCE_SCHEMA`` (names, types, nullability).
     ``batch`` None: single entries only (batch index -1), one string conversion fewer per row."""
-    # coalesce: ``div``/``pmod`` are nullable for Spark (a zero size), which a run never has
-    if batch is None:
-        parts = [F.lit(f"{plan.ledger_id}:"), entry.cast("string"), F.lit(f":{plan.partition}:-1")]
-    else:
-        parts = [F.lit(f"{plan.ledger_id}:"), entry.cast("string"), F.lit(f":{plan.partition}:"),
-                 batch.cast("string")]
-    message_id = F.coalesce(F.concat(*parts), F.lit(""))
+    message_id = message_id_column(F, plan.ledger_id, plan.partition, entry, batch)
     epoch = F.lit(0).cast("timestamp")
     publish = F.coalesce(F.col("publish_time"), epoch)  # coalesce: never null, as declared
     return frame.select(
@@ -272,7 +266,26 @@ def _source_columns(F: Any, frame: DataFrame, plan: TopicRead, offset: Column, e
     )
 
 
+def message_id_column(F: Any, ledger_id: int, partition: int, entry: Column, batch: Column | None) -> Column:
+    """``ledger:entry:partition:batch`` (``batch`` None: ``-1``), never null, as ``SOURCE_SCHEMA`` has it.
+
+    Concatenated as bytes, then read as a string (the text is ASCII, so the bytes are the string's
+    UTF-8): Spark 4.3's ``concat`` of strings costs ~50 ns more per row than ``concat`` of the same
+    bytes (measured on ``spark.range``: 83 against 58 ns per row with 3 parts, 112 against 62 with
+    4), the largest per-row cost of the scan after the Parquet decoding (D97).  The literal parts'
+    casts are folded once by the optimizer.
+    """
+    def text(value: str) -> Column:
+        return F.lit(value).cast("binary")
+
+    if batch is None:
+        parts = [text(f"{ledger_id}:"), entry.cast("string").cast("binary"), text(f":{partition}:-1")]
+    else:
+        parts = [text(f"{ledger_id}:"), entry.cast("string").cast("binary"), text(f":{partition}:"),
+                 batch.cast("string").cast("binary")]
+    # coalesce: ``div``/``pmod`` are nullable for Spark (a zero size), which a run never has
+    return F.coalesce(F.concat(*parts).cast("string"), F.lit(""))
 
 
-__all__ = ["functions_for", "plan_read", "positioned_segments", "read_topic", "root_uri", "scan_plans",
-           "segment_read_schema", "segment_rows", "spark_can_open", "spark_url"]
+__all__ = ["functions_for", "message_id_column", "plan_read", "positioned_segments", "read_topic", "root_uri",
+           "scan_plans", "segment_read_schema", "segment_rows", "spark_can_open", "spark_url"]
