@@ -152,7 +152,7 @@ def stage_probes(spark: Any, root: str) -> list[tuple[str, float, str]]:
     reads = topic_reads(plans)
     stages = (("scan (key, offset, chunk columns)", lambda: end_rows(spark, base, plans, reads)),
               ("scan + aggregate (max offset per key)", lambda: winners_frame(spark, base, plans, reads)),
-              ("winners to the driver, then their files read: the kept rows", lambda: kept_rows(spark, base, plans)))
+              ("winners to the driver, then their files read: the kept rows", lambda: kept_rows(spark, base, plans)[0]))
     from spark_pubsub.compaction_job import shuffle_partitions_for
 
     # the job's own shuffle partitions (it sets them for its duration only)
