@@ -245,6 +245,25 @@ def _tree_rss_bytes(pid: int) -> int:
     return total
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` and all its live descendants, from ``/proc``:
+    for this process, the driver plus its JVM and the JVM's Python workers.  A machine shared with
+    other work stretches wall times by the load, CPU seconds much less."""
+    total, stack, tick = 0.0, [pid], os.sysconf("SC_CLK_TCK")
+    while stack:
+        current = stack.pop()
+        try:
+            with open(f"/proc/{current}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as fh:
+                    stack += [int(c) for c in fh.read().split()]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def run_measured(root: str, job: str, master: str) -> tuple[float, int]:
     """Run one job in a child process; (its own timing of the job, peak RSS of its process tree)."""
     import subprocess
@@ -358,16 +377,21 @@ def main(argv: list[str] | None = None) -> None:
             # always runs on the machine the other just left; the median of their ratios is the figure.
             total = args.messages + increment
 
+            cpu: dict[str, list[float]] = {"spark": [], "local": []}
+
             def spark_run(phases: dict[str, float]) -> tuple[float, Any, dict[int, Any], pa.Table]:
                 forget_views(root)
-                before = spark_stages(spark)
+                before, cpu_before = spark_stages(spark), tree_cpu_s(os.getpid())
                 seconds, summary = timed(lambda: compact_with_spark(spark, root, TOPIC, timings=phases))
+                cpu["spark"].append(tree_cpu_s(os.getpid()) - cpu_before)
                 stages = {k: v for k, v in spark_stages(spark).items() if k not in before}
                 return seconds, summary, stages, current_view(root)
 
             def local_run() -> tuple[float, pa.Table]:
                 forget_views(root)
+                cpu_before = tree_cpu_s(os.getpid())  # the JVM idles meanwhile (a few ms of CPU)
                 seconds, _ = timed(lambda: compact_topic(broker, TOPIC))
+                cpu["local"].append(tree_cpu_s(os.getpid()) - cpu_before)
                 return seconds, current_view(root)
 
             progress("warm-up pair over the whole topic (not counted)")
@@ -404,6 +428,10 @@ def main(argv: list[str] | None = None) -> None:
             median = float(np.median(ratios))
             figures.append((f"d. ratio: Spark job / compact_topic, median of {len(ratios)} pairs (goal <= 3)",
                             median, f"{median:.2f}x"))
+            spark_cpu, local_cpu = float(np.median(cpu["spark"][1:])), float(np.median(cpu["local"][1:]))
+            figures.append((f"d. ratio of CPU seconds (process trees), median of {len(ratios)} pairs",
+                            spark_cpu / local_cpu, f"Spark job {spark_cpu:.2f} s (driver, JVM, Python workers) / "
+                            f"compact_topic {local_cpu:.2f} s; the load stretches these much less than wall time"))
             assert spark_view is not None and local2 is not None
             figures.append(("d. Spark view equals local view", 0.0, str(spark_view.equals(local2))))
             if args.probes:

@@ -9,10 +9,14 @@ previous view and the log offsets up to the horizon, from one snapshot).  Spark 
 2. reads every column of only the segment files that hold a winner (usually the last few), and
    keeps the winners' rows with a broadcast left-semi join on the message end (every chunk of a
    chunked winner; tombstones dropped), as ``latest_per_key`` does (``compaction_frames``);
-3. hash-partitions the survivors by topic, sorts them by offset, and each task looks up their
-   message ids from the segments' layouts and writes one topic's view file through the project's
-   ``FileIO`` (``mapInArrow``): a fresh ``_compacted/<32 hex>.parquet`` name, written once and
-   fsynced, never visible until named.
+3. writes each topic's view file: its rows sorted by offset, their message ids looked up from the
+   segments' layouts, written through the project's ``FileIO`` under a fresh
+   ``_compacted/<32 hex>.parquet`` name, once, fsynced, never visible until named.  With up to
+   ``DRIVER_WRITE_ROWS`` winners (the view is at most that many rows) the survivors come to the
+   driver (``toArrow``), which writes the files: a view is one file per topic, so the tasks' way
+   shuffles each topic to one task and waits on its Python worker.  Above it (or with the keyless
+   rows retained, whose number is unknown) the survivors are hash-partitioned by topic and each
+   task writes its topics' files (``mapInArrow``).
 
 Only then does the driver commit each topic's pointer (``commit_view_file``, put-if-absent), so a
 job killed at any instant leaves the old view or the new one, and files of killed runs are orphans
