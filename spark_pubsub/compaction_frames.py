@@ -175,9 +175,11 @@ def needed_segments(read: TopicRead, ends: np.ndarray, spans: np.ndarray) -> Top
 
 def kept_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]], *,
               retain_null_key: bool = False, carry_payload: bool = False,
-              phase: Callable[[str], None] | None = None) -> DataFrame | None:
+              phase: Callable[[str], None] | None = None) -> tuple[DataFrame | None, int | None]:
     """``topic_path`` plus ``VIEW_SCHEMA`` columns (times as µs) of every row the new views keep
-    (None when no row survives anywhere: every view is empty).  Kept segment rows carry
+    (None when no row survives anywhere: every view is empty), and the number of winners over all
+    topics: the most rows the frame can hold unless ``retain_null_key`` adds the keyless rows (None
+    with ``carry_payload``, which knows no count before it runs).  Kept segment rows carry
     ``entry_id = UNKNOWN_ID`` for the view writer to look up.
 
     The two-pass shape runs one Spark action here: the winners come to the driver (two longs per
@@ -209,7 +211,7 @@ def kept_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, Compac
     frame = _union([_as_view(F, f) for f in out])
     if phase is not None:
         phase("payload plan")
-    return frame
+    return frame, None if winners is None else winners.num_rows
 
 
 def _carrying_payload(F: Any, segments: DataFrame | None, view: DataFrame | None) -> DataFrame:

@@ -9,10 +9,14 @@ previous view and the log offsets up to the horizon, from one snapshot).  Spark 
 2. reads every column of only the segment files that hold a winner (usually the last few), and
    keeps the winners' rows with a broadcast left-semi join on the message end (every chunk of a
    chunked winner; tombstones dropped), as ``latest_per_key`` does (``compaction_frames``);
-3. hash-partitions the survivors by topic, sorts them by offset, and each task looks up their
-   message ids from the segments' layouts and writes one topic's view file through the project's
-   ``FileIO`` (``mapInArrow``): a fresh ``_compacted/<32 hex>.parquet`` name, written once and
-   fsynced, never visible until named.
+3. writes each topic's view file: its rows sorted by offset, their message ids looked up from the
+   segments' layouts, written through the project's ``FileIO`` under a fresh
+   ``_compacted/<32 hex>.parquet`` name, once, fsynced, never visible until named.  With up to
+   ``DRIVER_WRITE_ROWS`` winners (the view is at most that many rows) the survivors come to the
+   driver (``toArrow``), which writes the files: a view is one file per topic, so the tasks' way
+   shuffles each topic to one task and waits on its Python worker.  Above it (or with the keyless
+   rows retained, whose number is unknown) the survivors are hash-partitioned by topic and each
+   task writes its topics' files (``mapInArrow``).
 
 Only then does the driver commit each topic's pointer (``commit_view_file``, put-if-absent), so a
 job killed at any instant leaves the old view or the new one, and files of killed runs are orphans
@@ -28,7 +32,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -57,7 +61,9 @@ from spark_pubsub.compaction_frames import TIME_COLUMNS, UNKNOWN_ID, kept_rows, 
 from spark_pubsub.native_scan import root_uri, spark_can_open, spark_url
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+    from broker_core.storage.protocol import FileIO
 
 log = logging.getLogger(__name__)
 
@@ -76,18 +82,32 @@ def shuffle_partitions_for(spark: SparkSession, rows: int) -> int:
     return max(default_parallelism(spark), -(-rows // ROWS_PER_SHUFFLE_PARTITION))
 
 
+DRIVER_WRITE_ROWS = 1_000_000
+"""At most this many winners over the job's topics: the kept rows come to the driver, which writes
+the view files (no shuffle to one task per topic, no Python worker); above it, tasks write them."""
+
+_JOB_CONF = {
+    # With ~100,000 keys per task Spark's first-level "fast" aggregation map (65,536 entries) fills
+    # and every later row probes it before the regular map: measured ~25% of the reduction's CPU.
+    "spark.sql.codegen.aggregate.map.twolevel.enabled": "false",
+}
+"""SQL settings of the job's duration (``spark.sql.shuffle.partitions`` is chosen per job)."""
+
+
 @contextmanager
-def _session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
-    """Set a SQL conf for the job's duration and restore the caller's value after."""
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, value)
+def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Set SQL confs for the job's duration and restore the caller's values after."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
 
 
 def fill_ids(view: pa.Table, segments: Sequence[SegmentRef]) -> pa.Table:
@@ -111,12 +131,24 @@ def fill_ids(view: pa.Table, segments: Sequence[SegmentRef]) -> pa.Table:
                            pa.array(batches))
 
 
+def write_view(io: FileIO, topic_path: str, rows: pa.Table, segments: Sequence[SegmentRef]) -> dict[str, object]:
+    """One topic's kept rows (``topic_path`` plus view columns, times as µs, any order) as its view
+    file: sorted by offset, message ids looked up (``fill_ids``), written through ``io`` under a
+    fresh name (fsynced; nothing names it until the driver commits).  A ``_WRITTEN_SCHEMA`` row."""
+    started = time.monotonic()
+    columns = [rows.column(n).cast(TIMESTAMP) if n in TIME_COLUMNS else rows.column(n) for n in VIEW_SCHEMA.names]
+    view = pa.Table.from_arrays(columns, names=VIEW_SCHEMA.names).sort_by("offset")
+    view = fill_ids(view, segments).cast(VIEW_SCHEMA)
+    file = new_view_file()
+    io.write_new(f"{topic_path}/{file}", encode_view(view), anchor=topic_path)
+    return {"topic_path": topic_path, "file": file, "rows": view.num_rows, "write_s": time.monotonic() - started}
+
+
 def _view_writer(root: str, segments: Mapping[str, Sequence[SegmentRef]],
                  storage_options: Mapping[str, str] | None = None,
                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A ``mapInArrow`` function: the input holds whole topics in ``(topic_path, offset)`` order; each
-    topic's rows get their message ids (``fill_ids``) and become one view file written through the
-    root's ``FileIO`` (fsynced, fresh name)."""
+    topic's rows become one view file (``write_view``) written through the root's ``FileIO``."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         io = Broker.for_url(root, storage_options=storage_options).io
@@ -124,18 +156,9 @@ def _view_writer(root: str, segments: Mapping[str, Sequence[SegmentRef]],
         current: str | None = None
 
         def flush() -> pa.RecordBatch:
-            started = time.monotonic()
-            table = pa.Table.from_batches(pending)
-            columns = [table.column(n).cast(TIMESTAMP) if n in TIME_COLUMNS else table.column(n)
-                       for n in VIEW_SCHEMA.names]
             assert current is not None
-            view = pa.Table.from_arrays(columns, names=VIEW_SCHEMA.names).sort_by("offset")
-            view = fill_ids(view, segments.get(current, ())).cast(VIEW_SCHEMA)
-            file = new_view_file()
-            io.write_new(f"{current}/{file}", encode_view(view), anchor=current)
             return pa.RecordBatch.from_pylist(
-                [{"topic_path": current, "file": file, "rows": view.num_rows,
-                  "write_s": time.monotonic() - started}])
+                [write_view(io, current, pa.Table.from_batches(pending), segments.get(current, ()))])
 
         for batch in batches:
             paths = batch.column(0)
@@ -153,12 +176,23 @@ def _view_writer(root: str, segments: Mapping[str, Sequence[SegmentRef]],
     return write
 
 
+def _written_on_driver(io: FileIO, kept: DataFrame, segments: Mapping[str, Sequence[SegmentRef]],
+                       ) -> list[dict[str, object]]:
+    """The kept rows brought to the driver (``toArrow``) and each topic's view file written there
+    (``write_view``): no shuffle to one task per topic and no Python worker."""
+    table = kept.toArrow()
+    paths = table.column("topic_path")
+    topics = pc.unique(paths).to_pylist()
+    return [write_view(io, path, table if len(topics) == 1 else table.filter(pc.equal(paths, path)),
+                       segments.get(path, ())) for path in topics]
+
+
 def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offset: int | None = None,
                        dry_run: bool = False, retain_null_key: bool = False, parallelism: int | None = None,
                        spark_root: str | None = None, timings: dict[str, float] | None = None,
                        progress: Callable[[str], None] | None = None,
                        storage_options: Mapping[str, str] | None = None, shuffle_partitions: int | None = None,
-                       carry_payload: bool = False) -> CompactionSummary:
+                       carry_payload: bool = False, driver_write_rows: int | None = None) -> CompactionSummary:
     """``broker_core.jobs.compaction.compact_topic`` on Spark (see the module docstring).
 
     ``timings``, when given, receives seconds per phase: ``planning`` (the log, Spark's look at the
@@ -170,6 +204,9 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
     ``spark.sql.shuffle.partitions`` (default: ``shuffle_partitions_for`` the planned rows; the
     session's own value is restored after).  ``carry_payload`` selects the one-scan reduction
     (``compaction_frames``), kept for measuring: the default two-pass shape is faster.
+    ``driver_write_rows`` (default ``DRIVER_WRITE_ROWS``): up to this many winners the driver writes
+    the view files, above it the tasks do (``retain_null_key`` and ``carry_payload`` always use tasks:
+    their row count is not known before the write).
     """
     started = time.monotonic()
     clock = {"t": started}
@@ -207,19 +244,23 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
         phase("spark")
     elif plans:
         partitions = shuffle_partitions or shuffle_partitions_for(spark, sum(read.values()))
-        with _session_conf(spark, "spark.sql.shuffle.partitions", str(partitions)):
-            results += _native(spark, root, base, plans, read, retain_null_key=retain_null_key,
+        with _session_conf(spark, {**_JOB_CONF, "spark.sql.shuffle.partitions": str(partitions)}):
+            results += _native(spark, broker, root, base, plans, read, retain_null_key=retain_null_key,
                                parallelism=parallelism, dry_run=dry_run, started_s=started, phase=phase,
-                               timings=timings, storage_options=storage_options, carry_payload=carry_payload)
+                               timings=timings, storage_options=storage_options, carry_payload=carry_payload,
+                               driver_write_rows=DRIVER_WRITE_ROWS if driver_write_rows is None
+                               else driver_write_rows)
     return CompactionSummary(topic=str(name), results=tuple(sorted(results, key=lambda r: r.topic)))
 
 
-def _native(spark: SparkSession, root: str, base: str, plans: list[tuple[TopicLog, CompactionPlan]],
+def _native(spark: SparkSession, broker: Broker, root: str, base: str, plans: list[tuple[TopicLog, CompactionPlan]],
             read: dict[str, int], *, retain_null_key: bool, parallelism: int | None, dry_run: bool,
             started_s: float, phase: Callable[[str], None], timings: dict[str, float] | None,
-            storage_options: Mapping[str, str] | None, carry_payload: bool) -> list[CompactionResult]:
+            storage_options: Mapping[str, str] | None, carry_payload: bool,
+            driver_write_rows: int) -> list[CompactionResult]:
     """The native job's Spark part and commits (see the module docstring)."""
-    kept = kept_rows(spark, base, plans, retain_null_key=retain_null_key, carry_payload=carry_payload, phase=phase)
+    kept, winners = kept_rows(spark, base, plans, retain_null_key=retain_null_key, carry_payload=carry_payload,
+                              phase=phase)
     refs = {r.topic_path: tuple(s.segment for s in r.segments) for r in topic_reads(plans)}
     slices = max(1, min(len(plans), parallelism or default_parallelism(spark)))
     by_topic = {p.topic_path: (lg, p) for lg, p in plans}
@@ -229,9 +270,13 @@ def _native(spark: SparkSession, root: str, base: str, plans: list[tuple[TopicLo
         phase("views")
         return [compaction_result(p, "dry-run", rows=counts.get(path, 0), messages_read=read[path],
                                   started_s=started_s) for path, (_, p) in by_topic.items()]
-    written = [] if kept is None else (
-        kept.repartition(slices, "topic_path").sortWithinPartitions("topic_path", "offset")
-        .mapInArrow(_view_writer(root, refs, storage_options), _WRITTEN_SCHEMA).collect())
+    if kept is None:
+        written: list[Any] = []
+    elif not retain_null_key and winners is not None and winners <= driver_write_rows:
+        written = _written_on_driver(broker.io, kept, refs)
+    else:
+        written = (kept.repartition(slices, "topic_path").sortWithinPartitions("topic_path", "offset")
+                   .mapInArrow(_view_writer(root, refs, storage_options), _WRITTEN_SCHEMA).collect())
     phase("views")
     if timings is not None:
         timings["write"] = sum(r["write_s"] for r in written)
@@ -250,4 +295,5 @@ def _native(spark: SparkSession, root: str, base: str, plans: list[tuple[TopicLo
     return results
 
 
-__all__ = ["ROWS_PER_SHUFFLE_PARTITION", "compact_with_spark", "default_parallelism", "shuffle_partitions_for"]
+__all__ = ["DRIVER_WRITE_ROWS", "ROWS_PER_SHUFFLE_PARTITION", "compact_with_spark", "default_parallelism",
+           "shuffle_partitions_for", "write_view"]
