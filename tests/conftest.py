@@ -13,9 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, os.path.dirname(__file__))
+
 from moto_s3 import MotoS3, Root, start_moto, stop_moto
+
+# Hypothesis's default 200 ms deadline per example is a timed assertion, which the suite does not make
+# (a loaded 2-core machine ran an example of test_hashing.py in 266 ms); examples stay bounded by count.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,13 @@
 
 Nothing leaves the loopback address: the store is reached only at ``http://127.0.0.1:<port>`` and
 with explicit (fake) credentials, so obstore never looks for instance metadata.
+
+The server is moto's, run by this file (``python moto_s3.py <host> <port>``) behind one change:
+its writes are made one at a time (``OneWriteAtATime``).  moto checks ``If-None-Match: *`` and then
+stores the object in two steps on a threaded server, so two conditional PUTs of one key could both
+succeed (seen: one key with two winners in 1,500 contended commits on a loaded machine).  Every
+commit of the project is such a PUT; two winners are a lost update that real S3 never produces
+(a cursor claim lost under another consumer's, so one message delivered to two consumers).
 """
 
 from __future__ import annotations
@@ -10,15 +17,18 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 BUCKET = "pubsub-tests"
 ACCESS_KEY_ID = "AKIATESTPUBSUB0001"
 SECRET_ACCESS_KEY = "moto-secret-Zq8v3XwPtL2n"  # a test checks it never shows in messages
-_START_TIMEOUT_S = 30.0
+_START_TIMEOUT_S = 120.0  # imports and builds its S3 app first: ~20 s on a 2-core machine at load 25
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,7 @@ class MotoS3:
 
     def create_bucket(self, name: str) -> None:
         request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:
             assert response.status == 200
 
 
@@ -83,11 +93,10 @@ def start_moto(*, unauthenticated_actions: int | None = None) -> MotoS3:
     ``INITIAL_NO_AUTH_ACTION_COUNT``), so tests can set up users first and then see 403s; the bucket
     is then not created here."""
     port = _free_port()
-    binary = os.path.join(os.path.dirname(sys.executable), "moto_server")
     env = dict(os.environ)
     if unauthenticated_actions is not None:
         env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(unauthenticated_actions)
-    process = subprocess.Popen([binary, "-H", "127.0.0.1", "-p", str(port)], env=env,
+    process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "127.0.0.1", str(port)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     server = MotoS3(endpoint=f"http://127.0.0.1:{port}", process=process)
     deadline = time.monotonic() + _START_TIMEOUT_S
@@ -100,7 +109,7 @@ def start_moto(*, unauthenticated_actions: int | None = None) -> MotoS3:
         except OSError:
             if time.monotonic() > deadline:
                 process.kill()
-                raise RuntimeError("moto_server did not listen within 30 s") from None
+                raise RuntimeError(f"moto_server did not listen within {_START_TIMEOUT_S:.0f} s") from None
             time.sleep(0.05)
     if unauthenticated_actions is None:
         server.create_bucket(BUCKET)
@@ -114,3 +123,45 @@ def stop_moto(server: MotoS3) -> None:
     except subprocess.TimeoutExpired:
         server.process.kill()
         server.process.wait(timeout=10)
+
+
+_WRITES = frozenset({"PUT", "POST", "DELETE"})
+
+
+class OneWriteAtATime:
+    """WSGI middleware: a write request (PUT, POST, DELETE) runs alone, reads run alongside.
+
+    moto decides a conditional write (``If-None-Match``, ``If-Match``) by reading the key and then
+    storing it, with other request threads free to run in between; holding one lock over each write
+    makes the check and the store one step, as on S3 (a write also never interleaves with another
+    write's steps).  moto builds the whole response inside the call, so the lock covers all of it."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD") not in _WRITES:
+            return self.app(environ, start_response)
+        with self.lock:
+            return self.app(environ, start_response)
+
+
+def _serve(host: str, port: int) -> None:
+    """``moto_server -H host -p port`` with ``OneWriteAtATime`` in front (moto's own ``main`` minus options)."""
+    import signal
+
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import run_simple
+
+    os.environ.setdefault("MOTO_PORT", str(port))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    app = DomainDispatcherApplication(create_backend_app)
+    # build the S3 app before listening: built by the first request instead (seconds of imports),
+    # the bucket's creation timed out on a loaded machine; now "listening" means "ready"
+    app.app_instances["s3"] = create_backend_app("s3")
+    run_simple(host, port, OneWriteAtATime(app), threaded=True, request_handler=MotoRequestHandler)
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1], int(sys.argv[2]))
