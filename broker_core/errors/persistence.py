@@ -21,6 +21,13 @@ class DirectoryGone(BrokerPersistenceError):
     """
 
 
+class CommitNotDurable(BrokerPersistenceError):
+    """A commit became visible (its file is linked under its final name) but making it durable failed
+    (the directory fsync of a local root).  Readers may already see it, so the segments it names must
+    be kept: the outcome is unknown to the writer, as after a lost reply, and a resend is dropped by
+    deduplication."""
+
+
 class StorageUnavailable(BrokerPersistenceError):
     """The root's store cannot be reached, or its bucket/container does not exist (``root=`` names it)."""
 

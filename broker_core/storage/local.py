@@ -28,6 +28,7 @@ from pyarrow import fs as pafs
 from broker_core.errors import (
     AuthorizationError,
     BrokerPersistenceError,
+    CommitNotDurable,
     ConnectError,
     DirectoryGone,
     PathOutsideRoot,
@@ -147,7 +148,15 @@ class LocalFileIO:
             except FileExistsError:
                 return False
             if self._fsync:
-                self._fsync_dir(directory)
+                try:
+                    self._fsync_dir(directory)
+                except OSError as exc:  # linked, so readers may see it: its segments must stay
+                    raise CommitNotDurable(
+                        f"{path!r} under {self._root} is visible but its directory fsync failed ({exc}); "
+                        "the commit's outcome is unknown: check the storage, then resend (duplicates "
+                        "are dropped by sequence id)",
+                        path=path,
+                    ) from exc
             return True
         except FileNotFoundError as exc:  # the directory was removed (renamed away) meanwhile
             raise self._gone(path, anchor) from exc

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from broker_core.errors import DirectoryGone, TopicDeleted
+from broker_core.errors import CommitNotDurable, DirectoryGone, TopicDeleted
 from broker_core.log.actions import Action, Add, Metadata, Txn
 from broker_core.log.segment import (
     SMALL_SEGMENT_BYTES,
@@ -214,7 +214,8 @@ class TopicLog(Waiters):
 
         Checks as ``append`` (fencing, the topic's identity, ``txn`` idempotence, dedup against the
         state the commit lands on).  A segment whose kept rows changed is written again first.  On
-        any failure, and when nothing is left to commit, the segments are deleted.  Returns one
+        any failure, and when nothing is left to commit, the segments are deleted, except after
+        ``CommitNotDurable`` (the commit is visible, so they stay).  Returns one
         ``AppendResult`` per prepared append (``segment`` None: every row was a duplicate).
         """
         check_txn_app_id(txn)
@@ -245,6 +246,8 @@ class TopicLog(Waiters):
                 discard(self.io, self.path, group)
                 return [AppendResult(version=None, segment=None, kept=np.zeros(item.table.num_rows, dtype=bool),
                                      skipped_by_txn=txn is not None) for item in group]
+            except CommitNotDurable:
+                raise  # the commit is visible and names the segments: keep them
             except BaseException:
                 discard(self.io, self.path, group)
                 raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from log_helpers import TOPIC_DIR, open_topic, producer_table, read_all, segment_table
 
-from broker_core.errors import ProducerFenced
+from broker_core.errors import BrokerPersistenceError, CommitNotDurable, ProducerFenced
 from broker_core.log.segment import SEGMENT_SCHEMA, CompressionType
 from broker_core.log.segment_ref import layout_messages
 from broker_core.message_id import MessageId
@@ -329,6 +330,31 @@ def test_a_lost_commit_race_moves_the_append_behind_the_winner(tmp_path: Path) -
 
 
 # --- fencing and txn idempotence -------------------------------------------------------------------------
+
+
+def test_a_commit_linked_but_not_made_durable_keeps_its_segments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed directory fsync after the link must not delete the segments of a commit readers
+    may already see: the writer gets ``CommitNotDurable`` (outcome unknown) and the log stays whole."""
+    topic = open_topic(tmp_path, fsync=True)
+    topic.append(producer_table("p", range(2)), layout=[2])
+    real_fsync_dir = LocalFileIO._fsync_dir
+
+    def failing(directory: str) -> None:
+        if directory.endswith("_delta_log"):
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync_dir(directory)
+
+    monkeypatch.setattr(LocalFileIO, "_fsync_dir", staticmethod(failing))
+    with pytest.raises(CommitNotDurable, match="visible but its directory fsync failed") as caught:
+        topic.append(producer_table("p", range(2, 5)), layout=[3])
+    assert isinstance(caught.value, BrokerPersistenceError)
+    monkeypatch.setattr(LocalFileIO, "_fsync_dir", staticmethod(real_fsync_dir))
+    fresh = open_topic(tmp_path, create=False)
+    table, offsets = read_all(fresh)
+    assert table.num_rows == 5 and offsets.tolist() == [0, 1, 2, 3, 4]
+    assert _segment_files(fresh) == _live_paths(fresh)
 
 
 def test_a_stale_producer_epoch_is_fenced_and_writes_nothing(topic: TopicLog) -> None:
