@@ -21,10 +21,9 @@ demo: $(STAMP)
 	$(PY) scripts/demo.py --root demo-data
 	$(PY) scripts/demo_spark.py --root demo-data
 
-# The suite mostly waits (child processes, JVM starts, fsync): TEST_WORKERS=3 overlaps the waits on
-# worker processes (pytest-xdist). One process by default: a kill trial failed once in three idle
-# parallel runs (docs/DECISIONS.md D85).
-TEST_WORKERS ?= 0
+# The suite mostly waits (child processes, JVM starts, fsync): three worker processes (pytest-xdist)
+# overlap the waits. TEST_WORKERS=0 runs it in this one process (docs/DECISIONS.md D85, D93).
+TEST_WORKERS ?= 3
 
 test: $(STAMP)
 	$(PY) -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist worksteal
