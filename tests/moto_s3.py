@@ -14,11 +14,10 @@ commit of the project is such a PUT; two winners are a lost update that real S3 
 from __future__ import annotations
 
 import os
-import socket
+import selectors
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
@@ -80,37 +79,31 @@ class Root:
         return self.kind == "s3"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_moto(*, unauthenticated_actions: int | None = None) -> MotoS3:
     """Start ``moto_server`` (from the venv next to this interpreter) and create the bucket.
 
     ``unauthenticated_actions``: enforce IAM after that many requests (moto's
     ``INITIAL_NO_AUTH_ACTION_COUNT``), so tests can set up users first and then see 403s; the bucket
     is then not created here."""
-    port = _free_port()
     env = dict(os.environ)
     if unauthenticated_actions is not None:
         env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(unauthenticated_actions)
-    process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "127.0.0.1", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    server = MotoS3(endpoint=f"http://127.0.0.1:{port}", process=process)
-    deadline = time.monotonic() + _START_TIMEOUT_S
-    while True:  # readiness: the port accepts a connection (bounded by the deadline)
-        if process.poll() is not None:
-            raise RuntimeError(f"moto_server exited with {process.returncode} before listening")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"moto_server did not listen within {_START_TIMEOUT_S:.0f} s") from None
-            time.sleep(0.05)
+    # the server binds port 0 itself and prints the port it got once it listens: a port picked
+    # here and bound there could be taken by another process in between (parallel test workers)
+    process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "127.0.0.1", "0"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        ready = selector.select(timeout=_START_TIMEOUT_S)
+    line = process.stdout.readline() if ready else b""
+    process.stdout.close()
+    if not line.strip().isdigit():
+        process.kill()
+        process.wait(timeout=10)
+        raise RuntimeError(f"moto_server did not listen within {_START_TIMEOUT_S:.0f} s "
+                           f"(exit code {process.returncode}, said {line!r})")
+    server = MotoS3(endpoint=f"http://127.0.0.1:{int(line)}", process=process)
     if unauthenticated_actions is None:
         server.create_bucket(BUCKET)
     return server
@@ -148,19 +141,23 @@ class OneWriteAtATime:
 
 
 def _serve(host: str, port: int) -> None:
-    """``moto_server -H host -p port`` with ``OneWriteAtATime`` in front (moto's own ``main`` minus options)."""
+    """``moto_server -H host -p port`` with ``OneWriteAtATime`` in front (moto's own ``main`` minus
+    options); prints the port it listens on (port 0: one the system picks) once it listens."""
     import signal
 
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-    from werkzeug.serving import run_simple
+    from werkzeug.serving import make_server
 
-    os.environ.setdefault("MOTO_PORT", str(port))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     app = DomainDispatcherApplication(create_backend_app)
     # build the S3 app before listening: built by the first request instead (seconds of imports),
     # the bucket's creation timed out on a loaded machine; now "listening" means "ready"
     app.app_instances["s3"] = create_backend_app("s3")
-    run_simple(host, port, OneWriteAtATime(app), threaded=True, request_handler=MotoRequestHandler)
+    server = make_server(host, port, OneWriteAtATime(app), threaded=True, request_handler=MotoRequestHandler)
+    os.environ["MOTO_PORT"] = str(server.server_port)
+    print(server.server_port, flush=True)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nobody reads the pipe from here on
+    server.serve_forever()
 
 
 if __name__ == "__main__":
