@@ -36,11 +36,13 @@ are not dropped, so the scans read files the OS may hold in memory, for the base
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -229,19 +231,24 @@ def run_one(root: str, job: str, master: str) -> None:
     os._exit(0)
 
 
-def _tree_rss_bytes(pid: int) -> int:
-    """Resident memory of ``pid`` and all its descendants, from ``/proc``."""
-    total, stack = 0, [pid]
+def _process_tree(pid: int) -> Iterator[int]:
+    """``pid`` and all its live descendants, from ``/proc`` (one that exits meanwhile is skipped)."""
+    stack = [pid]
     while stack:
         current = stack.pop()
-        try:
-            with open(f"/proc/{current}/status") as fh:
-                total += next((int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:")), 0)
+        yield current
+        with contextlib.suppress(OSError, ValueError):
             for task in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{task}/children") as fh:
                     stack += [int(c) for c in fh.read().split()]
-        except (OSError, ValueError):
-            continue
+
+
+def _tree_rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants, from ``/proc``."""
+    total = 0
+    for current in _process_tree(pid):
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{current}/status") as fh:
+            total += next((int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:")), 0)
     return total
 
 
@@ -249,18 +256,11 @@ def tree_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) used so far by ``pid`` and all its live descendants, from ``/proc``:
     for this process, the driver plus its JVM and the JVM's Python workers.  A machine shared with
     other work stretches wall times by the load, CPU seconds much less."""
-    total, stack, tick = 0.0, [pid], os.sysconf("SC_CLK_TCK")
-    while stack:
-        current = stack.pop()
-        try:
-            with open(f"/proc/{current}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for current in _process_tree(pid):
+        with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{current}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-            for task in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{task}/children") as fh:
-                    stack += [int(c) for c in fh.read().split()]
-        except (OSError, ValueError, IndexError):
-            continue
     return total
 
 

@@ -55,10 +55,15 @@ class Consumer(ConsumerDispatch):
         self._unacked[key] = msg
         if self._ack_timeout_s is not None:
             self._deadlines[key] = time.monotonic() + self._ack_timeout_s
-        if len(queue) < self._refill_below and not self._refill_asked:
-            self._refill_asked = True  # once per dispatch round (``_run`` clears it), not an Event call per message
-            self._wake.set()
+        self._ask_refill()
         return msg
+
+    def _ask_refill(self) -> None:
+        """Wake the dispatcher once the queue runs low: once per dispatch round (``_run`` clears
+        ``_refill_asked``), not an Event call per message taken."""
+        if len(self._queue) < self._refill_below and not self._refill_asked:
+            self._refill_asked = True
+            self._wake.set()
 
     def _unacked_messages(self) -> list[Message]:
         return list(self._unacked.values())  # (messages alone: deadlines are kept apart)
@@ -76,9 +81,7 @@ class Consumer(ConsumerDispatch):
         self._unacked.update(zip(keys, msgs, strict=True))
         if self._ack_timeout_s is not None:
             self._deadlines.update(zip(keys, repeat(time.monotonic() + self._ack_timeout_s, len(keys)), strict=True))
-        if len(queue) < self._refill_below and not self._refill_asked:
-            self._refill_asked = True
-            self._wake.set()
+        self._ask_refill()
         return msgs
 
     def receive(self, timeout_millis: int | None = None) -> Message:

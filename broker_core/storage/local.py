@@ -150,6 +150,8 @@ class LocalFileIO:
             if self._fsync:
                 try:
                     self._fsync_dir(directory)
+                except FileNotFoundError:
+                    raise  # renamed away since the link: the topic was deleted (below), as before D100
                 except OSError as exc:  # linked, so readers may see it: its segments must stay
                     raise CommitNotDurable(
                         f"{path!r} under {self._root} is visible but its directory fsync failed ({exc}); "
