@@ -64,6 +64,7 @@ if str(_REPO) not in sys.path:  # run as a script from a checkout without instal
 
 import numpy as np  # noqa: E402
 
+import broker_core  # noqa: E402
 from broker_core import Client, ConsumerType, InitialPosition  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -180,6 +181,9 @@ def ours_one_process(root: str, count: int, rate: float | None) -> dict[str, Any
 
 def ours_worker(args: dict[str, Any]) -> None:
     """One side of the two-process run (``--role``); talks to the parent over stdin/stdout."""
+    package = os.path.dirname(os.path.abspath(broker_core.__file__ or ""))
+    if args.get("package") and package != args["package"]:  # --baseline: the other checkout's code, or nothing
+        raise SystemExit(f"expected broker_core from {args['package']}, imported {package}")
     client = Client(args["root"])
     if args["role"] == "consumer":
         consumer = open_consumer(client)
@@ -220,16 +224,24 @@ def ours_worker(args: dict[str, Any]) -> None:
 
 def two_processes(
     kind: str, root: str, count: int, rate: float | None, *, pipelined: bool = False, delay_ms: int = 10,
-    split: bool = False, trace: bool = False,
+    split: bool = False, trace: bool = False, baseline: str | None = None,
 ) -> dict[str, Any]:
-    """Run ``--role consumer`` and ``--role producer`` (ours or redis) as two processes."""
+    """Run ``--role consumer`` and ``--role producer`` (ours or redis) as two processes; with
+    ``baseline`` (a checkout), both import ``broker_core`` from there (``PYTHONPATH`` comes before
+    this checkout's editable install)."""
     out = os.path.join(root, f"latencies-{kind.replace(':', '-')}.npy")
+    env = None
+    package = None
+    if baseline is not None:
+        package = os.path.join(os.path.abspath(baseline), "broker_core")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (os.path.abspath(baseline), os.environ.get("PYTHONPATH")) if p))
     procs: dict[str, subprocess.Popen[str]] = {}
     for role in ("consumer", "producer"):
         args = {"kind": kind, "role": role, "root": root, "count": count, "rate": rate, "out": out,
-                "pipelined": pipelined, "delay_ms": delay_ms, "split": split, "trace": trace}
+                "pipelined": pipelined, "delay_ms": delay_ms, "split": split, "trace": trace, "package": package}
         proc = subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(args)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         procs[role] = proc
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
@@ -498,24 +510,29 @@ def run(opts: argparse.Namespace) -> None:
 def wakeup(opts: argparse.Namespace) -> None:
     """Cross-process latency on a local root with ``batching_max_publish_delay_ms=1`` (as
     latency-sensitive users set it): consumers woken by file-system notifications (inotify) against
-    the polling baseline (``fileSystemNotificationsEnabled = false``), interleaved, same run.
+    the polling baseline (``fileSystemNotificationsEnabled = false``), interleaved, same run; or,
+    with ``--baseline CHECKOUT``, against another checkout's code with notifications (old vs new on a
+    busy machine: only runs interleaved in the same minutes compare).
     Goal (issue #13): p50 <= 5 ms and p99 <= 20 ms with notifications.  Besides send -> receive, the
     consumer's own part is shown: from the moment the producer's commit completed (its callback) to
-    the receive, which is what the wake-up mechanism decides."""
+    the receive, which is what the wake-up mechanism decides.  Each run's own p50 is kept too: their
+    median is steadier than the p50 of all runs pooled when the load changes between runs."""
     count = int(opts.rate * opts.seconds)
-    figures: dict[str, dict[str, list[np.ndarray]]] = {
-        "notifications": {"latencies": [], "visible": []}, "polling": {"latencies": [], "visible": []},
-    }
+    other = "baseline" if opts.baseline else "polling"
+    variants = (("notifications", True, None), (other, bool(opts.baseline), opts.baseline))
+    figures: dict[str, dict[str, list[Any]]] = {
+        label: {"latencies": [], "visible": [], "cpu": []} for label, _, _ in variants}
     traces: list[dict[str, np.ndarray]] = []
     load_before = os.getloadavg()[0]
     for _ in range(opts.repeats):
-        for label, notifications in (("notifications", True), ("polling", False)):
+        for label, notifications, baseline in variants:
             root = make_root(opts.root, fsync=not opts.no_fsync, notifications=notifications)
             try:
                 result = two_processes("ours", root, count, opts.rate, delay_ms=1, split=True,
-                                       trace=opts.trace and notifications)
+                                       trace=opts.trace and label == "notifications", baseline=baseline)
                 for key in ("latencies", "visible"):
                     figures[label][key].append(result[key])
+                figures[label]["cpu"].append(result["cpu"] / count * 1e6)
                 if "trace" in result:
                     traces.append(result["trace"])
             finally:
@@ -525,13 +542,23 @@ def wakeup(opts: argparse.Namespace) -> None:
           f"batching_max_publish_delay_ms=1, {sync}, {opts.consumer_type} subscription, "
           f"{opts.repeats} run(s) each, interleaved; load average "
           f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after")
-    print(f"{'(ms)':<28}{'notifications':>15}{'polling':>10}{'ratio':>8}{'goal':>10}{'verdict':>9}")
+    if opts.baseline:
+        print(f"baseline: {opts.baseline} (with notifications, its own broker_core)")
+    print(f"{'(ms)':<28}{'notifications':>15}{other:>10}{'ratio':>8}{'goal':>10}{'verdict':>9}")
     for key, title in (("latencies", "send -> receive"), ("visible", "commit -> receive")):
-        (n50, n99), (p50, p99) = (pct(np.concatenate(figures[k][key])) for k in ("notifications", "polling"))
+        (n50, n99), (p50, p99) = (pct(np.concatenate(figures[k][key])) for k in ("notifications", other))
         for name, ours, theirs, goal in ((f"{title} p50", n50, p50, 5), (f"{title} p99", n99, p99, 20)):
             verdict = ("MET" if ours <= goal else "MISSED") if key == "latencies" else ""
             target = f"<= {goal}" if key == "latencies" else ""
             print(f"{name:<28}{ours:>15.1f}{theirs:>10.1f}{ours / theirs:>7.2f}x{target:>10}{verdict:>9}")
+    per_run = {label: [pct(lat) for lat in figures[label]["latencies"]] for label, _, _ in variants}
+    for index, title in ((0, "median of runs' p50"), (1, "median of runs' p99")):
+        ours, theirs = (float(np.median([run[index] for run in per_run[k]])) for k in ("notifications", other))
+        print(f"{title:<28}{ours:>15.1f}{theirs:>10.1f}{ours / theirs:>7.2f}x")
+    ours, theirs = (float(np.median(figures[k]["cpu"])) for k in ("notifications", other))
+    print(f"{'CPU per message (us)':<28}{ours:>15.0f}{theirs:>10.0f}{ours / theirs:>7.2f}x")
+    print("runs' p50 (ms): " + "; ".join(
+        f"{label} " + " ".join(f"{run[0]:.1f}" for run in per_run[label]) for label, _, _ in variants))
     if traces:
         print("where the time goes with notifications (--trace; each stage's own p50/p99, they do not add up):")
         print("\n".join(breakdown(traces, pct)))
@@ -617,10 +644,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs of each variant in --wakeup")
     parser.add_argument("--trace", action="store_true",
                         help="with --wakeup: per-stage timestamps of the notification runs (wakeup_trace.py)")
+    parser.add_argument("--baseline", metavar="CHECKOUT", default=None,
+                        help="with --wakeup: compare against this checkout's broker_core (notifications on) "
+                             "instead of polling, interleaved (e.g. a `git worktree add` of main)")
     parser.add_argument("--consumer-type", choices=["Shared", "Exclusive"], default="Shared",
                         help="subscription type of our consumers (Shared claims in the cursor: a commit per round)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    if opts.baseline is not None and not (opts.wakeup and os.path.isdir(os.path.join(opts.baseline, "broker_core"))):
+        parser.error(f"--baseline {opts.baseline!r}: give it with --wakeup and a checkout of this repository "
+                     "(a directory holding broker_core/), e.g. `git worktree add /tmp/old main`")
     os.environ.setdefault("BENCH_CONSUMER_TYPE", opts.consumer_type)
     if opts.worker:
         args = json.loads(opts.worker)
