@@ -59,7 +59,9 @@ from pathlib import Path
 from typing import Any
 
 _REPO = Path(__file__).resolve().parent.parent
-if str(_REPO) not in sys.path:  # run as a script from a checkout without installing the project
+if os.environ.get("BENCH_BASELINE"):  # a worker process of ``--baseline``: that checkout's code first
+    sys.path.insert(0, os.environ["BENCH_BASELINE"])
+elif str(_REPO) not in sys.path:  # run as a script from a checkout without installing the project
     sys.path.insert(0, str(_REPO))
 
 import numpy as np  # noqa: E402
@@ -182,7 +184,7 @@ def ours_one_process(root: str, count: int, rate: float | None) -> dict[str, Any
 def ours_worker(args: dict[str, Any]) -> None:
     """One side of the two-process run (``--role``); talks to the parent over stdin/stdout."""
     package = os.path.dirname(os.path.abspath(broker_core.__file__ or ""))
-    if args.get("package") and package != args["package"]:  # --baseline: the other checkout's code, or nothing
+    if args.get("package") and package != args["package"]:  # this checkout's code, or --baseline's, or nothing
         raise SystemExit(f"expected broker_core from {args['package']}, imported {package}")
     client = Client(args["root"])
     if args["role"] == "consumer":
@@ -227,15 +229,13 @@ def two_processes(
     split: bool = False, trace: bool = False, baseline: str | None = None,
 ) -> dict[str, Any]:
     """Run ``--role consumer`` and ``--role producer`` (ours or redis) as two processes; with
-    ``baseline`` (a checkout), both import ``broker_core`` from there (``PYTHONPATH`` comes before
-    this checkout's editable install)."""
+    ``baseline`` (a checkout), both import ``broker_core`` from there."""
     out = os.path.join(root, f"latencies-{kind.replace(':', '-')}.npy")
-    env = None
-    package = None
+    env = {key: value for key, value in os.environ.items() if key != "BENCH_BASELINE"}
+    package = str(_REPO / "broker_core")
     if baseline is not None:
         package = os.path.join(os.path.abspath(baseline), "broker_core")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (os.path.abspath(baseline), os.environ.get("PYTHONPATH")) if p))
+        env = dict(os.environ, BENCH_BASELINE=os.path.abspath(baseline))
     procs: dict[str, subprocess.Popen[str]] = {}
     for role in ("consumer", "producer"):
         args = {"kind": kind, "role": role, "root": root, "count": count, "rate": rate, "out": out,
