@@ -170,7 +170,9 @@ class ProducerQueueing(ProducerConnection):
             pending = PendingMessage(
                 partition_key, ordering, props, event_timestamp, deliver_ms, callback, flush or callback is not None
             )
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # (not ``with``: its method lookups cost about as much again as the lock)
+        try:
             if sequence_id is None:
                 seq = self._next_sequence_id
                 self._next_sequence_id += 1
@@ -214,6 +216,8 @@ class ProducerQueueing(ProducerConnection):
                 q.open = None  # the next message starts the next batch
             if was_empty or flush or full:
                 self._cond.notify_all()
+        finally:
+            lock.release()
         return pending
 
     def _enqueue_chunks(
