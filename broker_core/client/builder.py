@@ -68,9 +68,9 @@ class QueuedBatch:
     the garbage collector, outlives the young generations and is scanned again by every full
     collection, which then ran often and cost a third of producing.  Here a batch holds one list of
     payloads (bytes, or a deferred record's tuple, untracked after its first collection) and two
-    arrays of machine integers (sequence ids, publish times), which the collector does not even
-    look into.  A send that needs more (a key, properties, a callback or a waiter,
-    a chunk...) also has its ``PendingMessage`` in ``extras``, by its index in the batch.
+    arrays of machine integers (sequence ids, publish times), whose contents the collector never
+    visits.  A send that needs more (a key, properties, a callback or a waiter, a chunk...) also
+    has its ``PendingMessage`` in ``extras``, by its index in the batch.
     """
 
     __slots__ = ("bytes", "enqueued_s", "extras", "publish_ms", "sequence_ids", "values")
@@ -143,7 +143,7 @@ def rows_for(batch: QueuedBatch, order: list[int] | None, producer_name: str, *,
     deferred at send (D91).
 
     It runs on a pool worker for every batch, holding the GIL the send path needs: the columns are
-    the batch's own lists converted by Arrow, and a batch of plain sends (no ``extras``) makes the
+    the batch's own, converted by Arrow, and a batch of plain sends (no ``extras``) makes the
     columns they leave null (keys, properties, delays, chunks) without looking at anything; otherwise
     each column is pulled out of the messages with one C-level ``map``.
     """

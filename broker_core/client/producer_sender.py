@@ -21,6 +21,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from broker_core.client.builder import QueuedBatch
 from broker_core.client.partition_queue import COMMITTING, DONE, UPLOADED, InFlight, PartitionQueue, delay_cut_s
 from broker_core.client.producer_pipeline import ProducerPipeline
@@ -84,7 +86,8 @@ class ProducerSender(ProducerPipeline):
         if dedup and q.in_flight:  # the batches ahead will commit first: their sequence ids are taken
             floors = {self._name: max(item.max_sequence_id for item in q.in_flight)}
         partial = self._batching and len(batch) < self._batch_max_messages and batch.bytes < self._batch_max_bytes
-        item = InFlight(batch, None, [], max(batch.sequence_ids), dedup, floors, partial)
+        top_sequence_id = int(np.frombuffer(batch.sequence_ids, dtype=np.int64).max())  # (no Python per message)
+        item = InFlight(batch, None, [], top_sequence_id, dedup, floors, partial)
         q.in_flight.append(item)
         q.in_flight_messages += len(batch)
         self._in_flight_total += len(batch)
