@@ -39,15 +39,15 @@ RATE = 2000
 
 def _hold_rule(self: Any, q: PartitionQueue, now: float) -> bool:
     """``ProducerSender._ready`` as it was before D79 (the baseline)."""
-    if not q.messages:
+    if not q.queued:
         return False
-    if self._room(q) < min(len(q.messages), self._batch_max_messages if self._batching else 10_000):
+    if self._room(q) < min(q.queued, self._batch_max_messages if self._batching else 10_000):
         return False
     if not self._batching or self._closed or q.taken < q.flush_target:
         return True
-    if len(q.messages) >= self._batch_max_messages or q.bytes >= self._batch_max_bytes:
+    if q.queued >= self._batch_max_messages or q.bytes >= self._batch_max_bytes:
         return True
-    return now - q.messages[0].enqueued_s >= self._batch_delay_s and not any(
+    return now - q.batches[0].enqueued_s >= self._batch_delay_s and not any(
         item.partial and item.stage == UPLOADING for item in q.in_flight)
 
 

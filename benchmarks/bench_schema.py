@@ -2,7 +2,10 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_schema.py [--records 1000000] [--no-spark]
+    .venv/bin/python benchmarks/bench_schema.py [--records 1000000] [--no-spark] [--produce-only]
+
+``--produce-only`` times a and b alone (for iterating on the producer); with ``PYTHONPATH`` set to
+another checkout it measures that checkout's client (the header names the one imported).
 
 Records have 5 fields (long, string, double, int, boolean), declared as a ``Record`` class.  Figures,
 each timed in this run:
@@ -43,6 +46,7 @@ if str(_REPO) not in sys.path:  # run as a script from a checkout without instal
 import fastavro  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
+import broker_core  # noqa: E402
 from broker_core import Client, ConsumerBatchReceivePolicy, InitialPosition  # noqa: E402
 from broker_core import schema as m  # noqa: E402
 from broker_core.schema.columns import decode_column  # noqa: E402
@@ -100,9 +104,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--no-spark", action="store_true")
+    parser.add_argument("--produce-only", action="store_true", help="time a and b only (no consuming, no Spark)")
     args = parser.parse_args()
     n = args.records
-    print(f"records: {n:,}  load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"records: {n:,}  load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores  "
+          f"client: {Path(broker_core.__file__).parent.parent}")
 
     records = [Order(order_id=i, customer=f"customer-{i % 1000}", amount=i * 0.25, quantity=i % 50, paid=i % 2 == 0)
                for i in range(n)]
@@ -141,6 +147,15 @@ def main() -> None:
                                      batching_max_allowed_size_in_bytes=4 << 20, block_if_queue_full=True,
                                      max_pending_messages=100_000, max_pending_messages_across_partitions=100_000)
         t_produce_raw = produce(raw, payloads).wall_s
+        if args.produce_only:
+            client.close()
+            print(f"a. fastavro encode alone          {rate(n, t_encode)}")
+            print(f"b. produce (send_async + flush)   {rate(n, t_produce)}")
+            print(f"   same, BytesSchema of payloads  {rate(n, t_produce_raw)}  (the client's own cost)")
+            print(goal("   produce vs fastavro encode", t_encode / t_produce, 0.5))
+            print(f"   by CPU time (all threads): produce {encode_cost.cpu_s / produce_cost.cpu_s:.2f}x; "
+                  f"garbage collection took {produce_cost.gc_s:.2f} s of producing")
+            return
 
         del records, dicts  # not needed any more: the consumers' garbage collections need not scan them
         progress("consuming (receive + value + acknowledge per message)")

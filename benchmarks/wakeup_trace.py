@@ -59,12 +59,12 @@ class ProducerTrace:
         local = self._local
 
         def seqs_of(items: list[Any]) -> list[int]:
-            return [msg.sequence_id for item in items for msg in item.messages]
+            return [seq for item in items for seq in item.batch.sequence_ids]
 
         original_launch = producer_sender.ProducerSender._launch
 
-        def launch(self: Any, q: Any, batch: list[Any], dedup: bool) -> Any:
-            trace._stamp("cut", [msg.sequence_id for msg in batch])
+        def launch(self: Any, q: Any, batch: Any, dedup: bool) -> Any:
+            trace._stamp("cut", batch.sequence_ids)
             return original_launch(self, q, batch, dedup)
 
         original_upload = producer_pipeline.ProducerPipeline._upload

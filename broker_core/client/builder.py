@@ -1,12 +1,13 @@
-"""Turn pending messages (or a user's Arrow table) into segment rows and entry layouts.
+"""Turn queued messages (or a user's Arrow table) into segment rows and entry layouts.
 
-The producer queues ``PendingMessage`` objects; at flush time they become one ``SEGMENT_SCHEMA``
-table whose entry layout says which rows form a batch (one entry) and which are entries of their
-own (unbatched sends, delayed messages, chunks).
+The producer queues messages in ``QueuedBatch`` columns, one batch as it will be taken; at upload
+time a batch becomes one ``SEGMENT_SCHEMA`` table whose entry layout says which rows form a batch
+(one entry) and which are entries of their own (unbatched sends, delayed messages, chunks).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
@@ -26,19 +27,16 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class PendingMessage:
-    """A message accepted by ``send``/``send_async`` and not yet committed."""
+    """What a queued message holds beyond its payload, sequence id and publish time (those live in
+    its ``QueuedBatch``'s columns): only a send with a key, an ordering key, properties, an event or
+    delivery time, a callback or a waiter, and each chunk, has one (D103)."""
 
-    value: bytes | tuple[Any, ...] | None  # a tuple: a record whose encoding was deferred to the batch (D91)
     key: str | None
     ordering_key: bytes | None
     properties: dict[str, str] | None
-    sequence_id: int
-    publish_time_ms: int
     event_time_ms: int | None
     deliver_at_ms: int | None
-    size_bytes: int
     callback: Callable[[PendingMessage], None] | None = None
-    enqueued_s: float = 0.0  # (monotonic; passed positionally by the send path, which sets all fields up to here)
     wants_id: bool = True  # False for a send_async without callback: nobody reads its MessageId
     result: MessageId | None = None
     error: BaseException | None = None
@@ -58,12 +56,57 @@ class PendingMessage:
         return self.ordering_key if self.ordering_key else self.key
 
 
-_VALUE = attrgetter("value")
+# What a plain send's message holds beyond its columns: nothing (shared, never changed).
+_PLAIN = PendingMessage(None, None, None, None, None, wants_id=False)
+
+
+class QueuedBatch:
+    """Queued messages of one partition, as the sender will take them: columns, not an object per
+    message (D103).
+
+    A producer may hold a million messages queued or in flight.  An object per message is tracked by
+    the garbage collector, outlives the young generations and is scanned again by every full
+    collection, which then ran often and cost a third of producing.  Here a batch holds one list of
+    payloads (bytes, or a deferred record's tuple, untracked after its first collection) and two
+    arrays of machine integers (sequence ids, publish times), whose contents the collector never
+    visits.  A send that needs more (a key, properties, a callback or a waiter, a chunk...) also
+    has its ``PendingMessage`` in ``extras``, by its index in the batch.
+    """
+
+    __slots__ = ("bytes", "enqueued_s", "extras", "publish_ms", "sequence_ids", "values")
+
+    def __init__(self, enqueued_s: float) -> None:
+        self.values: list[Any] = []  # payloads: bytes, a deferred record's tuple (D91), or None
+        self.sequence_ids = array("q")
+        self.publish_ms = array("q")
+        self.extras: dict[int, PendingMessage] = {}  # index in the batch -> the send's extra state
+        self.bytes = 0  # the payloads' sizes (a deferred payload's bound), as the batch limit counts them
+        self.enqueued_s = enqueued_s  # monotonic: when its first message was queued
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def append(self, value: Any, size_bytes: int, sequence_id: int, publish_ms: int,
+               extra: PendingMessage | None = None) -> None:
+        """Add one message (the send path inlines this; chunks and tests use it)."""
+        if extra is not None:
+            self.extras[len(self.values)] = extra
+        self.values.append(value)
+        self.sequence_ids.append(sequence_id)
+        self.publish_ms.append(publish_ms)
+        self.bytes += size_bytes
+
+    def messages(self) -> list[PendingMessage]:
+        """Every message's ``PendingMessage`` in send order, a shared empty one for a plain send."""
+        out = [_PLAIN] * len(self.values)
+        for index, extra in self.extras.items():
+            out[index] = extra
+        return out
+
+
 _KEY = attrgetter("key")
 _ORDERING_KEY = attrgetter("ordering_key")
 _PROPERTIES = attrgetter("properties")
-_SEQUENCE_ID = attrgetter("sequence_id")
-_PUBLISH_TIME_MS = attrgetter("publish_time_ms")
 _EVENT_TIME_MS = attrgetter("event_time_ms")
 _DELIVER_AT_MS = attrgetter("deliver_at_ms")
 _NUM_CHUNKS = attrgetter("num_chunks")
@@ -93,28 +136,38 @@ def _ts_us(values: list[int | None]) -> pa.Array:
 _KEYLESS_HASH = sticky_key_hash_array(pa.nulls(1, pa.binary()), pa.nulls(1, pa.string()))[0].as_py()
 
 
-def rows_for(pending: list[PendingMessage], producer_name: str, *, schema_version: bytes | None = None,
-             encoder: RecordEncoder | None = None) -> pa.Table:
-    """The segment rows of ``pending``, in order (all written under the producer's ``schema_version``;
-    ``encoder`` encodes the payloads its producer deferred at send, D91).
+def rows_for(batch: QueuedBatch, order: list[int] | None, producer_name: str, *,
+             schema_version: bytes | None = None, encoder: RecordEncoder | None = None) -> pa.Table:
+    """The segment rows of ``batch`` in commit ``order`` (``plan_entries``; None: send order), all
+    written under the producer's ``schema_version``; ``encoder`` encodes the payloads its producer
+    deferred at send (D91).
 
-    It runs on a pool worker for every batch, holding the GIL the send path needs: each column is
-    pulled out with one C-level ``map`` and converted by Arrow, and the columns that are all null
-    (keys, properties, delays, chunks, usually) are made without looking at their values twice.
+    It runs on a pool worker for every batch, holding the GIL the send path needs: the columns are
+    the batch's own, converted by Arrow, and a batch of plain sends (no ``extras``) makes the
+    columns they leave null (keys, properties, delays, chunks) without looking at anything; otherwise
+    each column is pulled out of the messages with one C-level ``map``.
     """
-    n = len(pending)
-    ordering = _column(list(map(_ORDERING_KEY, pending)), pa.binary())
-    keys = _column(list(map(_KEY, pending)), pa.string())
+    n = len(batch)
+    if batch.extras:
+        pending = batch.messages()
+        ordering = _column(list(map(_ORDERING_KEY, pending)), pa.binary())
+        keys = _column(list(map(_KEY, pending)), pa.string())
+        props = list(map(_PROPERTIES, pending))
+        event_times = _ts_us(list(map(_EVENT_TIME_MS, pending)))
+        deliver_times = _ts_us(list(map(_DELIVER_AT_MS, pending)))
+        num_chunks = list(map(_NUM_CHUNKS, pending))
+    else:
+        pending, ordering, keys = [], pa.nulls(n, pa.binary()), pa.nulls(n, pa.string())
+        props = num_chunks = [None] * n
+        event_times = deliver_times = pa.nulls(n, _TS_US)
     if ordering.null_count == n and keys.null_count == n:
         sticky = pa.array(np.full(n, _KEYLESS_HASH, dtype=np.int32))
     else:
         sticky = sticky_key_hash_array(ordering, keys).cast(pa.int32())
-    props = list(map(_PROPERTIES, pending))
     if props.count(None) == n:
         properties = pa.nulls(n, _PROPERTIES_TYPE)
     else:
         properties = pa.array([list(p.items()) if p else None for p in props], _PROPERTIES_TYPE)
-    num_chunks = list(map(_NUM_CHUNKS, pending))
     if num_chunks.count(None) == n:
         chunk_uuid, chunk_id, chunk_count, chunk_total = (pa.nulls(n, kind) for kind in _CHUNK_TYPES)
     else:
@@ -123,24 +176,24 @@ def rows_for(pending: list[PendingMessage], producer_name: str, *, schema_versio
             pa.array(list(values), kind) for values, kind in zip(fields, _CHUNK_TYPES, strict=True)
         )
     columns = [
-        pa.array(list(map(_VALUE, pending)), pa.binary()) if encoder is None
-        else encoder.column(list(map(_VALUE, pending))),
+        pa.array(batch.values, pa.binary()) if encoder is None else encoder.column(batch.values),
         keys,
         ordering,
         sticky,
         properties,
         pa.repeat(pa.scalar(producer_name, pa.string()), n),
-        pa.array(np.array(list(map(_SEQUENCE_ID, pending)), dtype=np.int64)),
-        _ts_us(list(map(_PUBLISH_TIME_MS, pending))),
-        _ts_us(list(map(_EVENT_TIME_MS, pending))),
-        _ts_us(list(map(_DELIVER_AT_MS, pending))),
+        pa.array(np.frombuffer(batch.sequence_ids, dtype=np.int64)),
+        pa.array(np.frombuffer(batch.publish_ms, dtype=np.int64) * 1000).view(_TS_US),
+        event_times,
+        deliver_times,
         pa.nulls(n, pa.binary()) if schema_version is None else pa.repeat(pa.scalar(schema_version, pa.binary()), n),
         chunk_uuid,
         chunk_id,
         chunk_count,
         chunk_total,
     ]
-    return pa.Table.from_arrays(columns, schema=SEGMENT_SCHEMA)
+    table = pa.Table.from_arrays(columns, schema=SEGMENT_SCHEMA)
+    return table if order is None else table.take(pa.array(order, pa.int64()))
 
 
 _PROPERTIES_TYPE = SEGMENT_SCHEMA.field("properties").type
@@ -148,36 +201,34 @@ _CHUNK_TYPES = tuple(SEGMENT_SCHEMA.field(name).type
                      for name in ("chunk_uuid", "chunk_id", "num_chunks", "chunk_total_size_bytes"))
 
 
-def _all_plain(pending: list[PendingMessage]) -> bool:
-    """No delayed message and no chunk among ``pending`` (two C-level passes, no Python per message)."""
-    n = len(pending)
-    return list(map(_DELIVER_AT_MS, pending)).count(None) == n and list(map(_NUM_CHUNKS, pending)).count(None) == n
+def plan_entries(batch: QueuedBatch, *, batching: bool, key_based: bool) -> tuple[list[int] | None, list[int]]:
+    """Order the messages of one batch and describe their entries.
 
-
-def plan_entries(
-    pending: list[PendingMessage], *, batching: bool, key_based: bool
-) -> tuple[list[PendingMessage], list[int]]:
-    """Order the messages of one flush and describe their entries.
-
-    Returns the messages in commit order and the entry layout.  With batching, consecutive ordinary
-    messages form one batch (with key-based batching, one batch per key, keys in first-seen order);
-    delayed messages and chunks are always entries of their own, as in Pulsar.
+    Returns the commit order (indexes into the batch; None when it is the send order) and the entry
+    layout.  With batching, consecutive ordinary messages form one batch (with key-based batching,
+    one batch per key, keys in first-seen order); delayed messages and chunks are always entries of
+    their own, as in Pulsar.
     """
+    n = len(batch)
     if not batching:
-        return pending, [-len(pending)]
-    if not key_based and _all_plain(pending):  # the common batch: one entry, in send order
-        return pending, [len(pending)]
-    ordered: list[PendingMessage] = []
+        return None, [-n]
+    extras = list(batch.extras.values())
+    plain = list(map(_DELIVER_AT_MS, extras)).count(None) == len(extras) and (
+        list(map(_NUM_CHUNKS, extras)).count(None) == len(extras))  # no delayed message, no chunk
+    if plain and (not key_based or not extras):  # the common batch: one entry, in send order
+        return None, [n]
+    ordered: list[int] = []
     layout: list[int] = []
-    run: list[PendingMessage] = []
+    run: list[int] = []
+    pending = batch.messages()
 
     def close_run() -> None:
         if not run:
             return
         if key_based:
-            groups: dict[bytes | str | None, list[PendingMessage]] = {}
-            for p in run:
-                groups.setdefault(p.batch_key, []).append(p)
+            groups: dict[bytes | str | None, list[int]] = {}
+            for index in run:
+                groups.setdefault(pending[index].batch_key, []).append(index)
             for group in groups.values():
                 ordered.extend(group)
                 layout.append(len(group))
@@ -186,15 +237,15 @@ def plan_entries(
             layout.append(len(run))
         run.clear()
 
-    for p in pending:
+    for index, p in enumerate(pending):
         if p.deliver_at_ms is not None or p.is_chunk:
             close_run()
-            ordered.append(p)
+            ordered.append(index)
             layout.append(-1)
         else:
-            run.append(p)
+            run.append(index)
     close_run()
-    return ordered, normalise_layout(layout)
+    return (None if ordered == list(range(n)) else ordered), normalise_layout(layout)
 
 
-__all__ = ["PendingMessage", "plan_entries", "rows_for"]
+__all__ = ["PendingMessage", "QueuedBatch", "plan_entries", "rows_for"]

@@ -1,5 +1,5 @@
-"""One partition's queue of a producer: its pending messages, its batches in flight, counters and
-registration.
+"""One partition's queue of a producer: its queued messages (in batches of columns, D103), its
+batches in flight, counters and registration.
 
 Its own module because both halves of a producer use it: registration (``producer_connection``)
 and the send path (``producer_queue``, ``producer_sender``).
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from broker_core.client.builder import PendingMessage
+    from broker_core.client.builder import QueuedBatch
     from broker_core.producer.registry import ProducerRegistry
     from broker_core.topic.appends import PreparedAppend
     from broker_core.topic.topic_log import TopicLog
@@ -26,9 +26,9 @@ class InFlight:
     batches ahead of it (they will commit first).
     """
 
-    messages: list[PendingMessage]  # as taken, in send order
-    ordered: list[PendingMessage]  # in commit order (``plan_entries``, run by the upload)
-    layout: list[int]  # the entry layout of ``ordered`` (set with it by the upload)
+    batch: QueuedBatch  # as taken, in send order
+    order: list[int] | None  # its commit order (``plan_entries``, run by the upload; None: send order)
+    layout: list[int]  # the entry layout in commit order (set with it by the upload)
     max_sequence_id: int
     dedup: bool
     floors: dict[str, int] | None
@@ -42,22 +42,30 @@ UPLOADING, UPLOADED, COMMITTING, DONE = range(4)
 
 
 class PartitionQueue:
-    """One partition's pending messages, its batches in flight and counters; guarded by the producer's lock.
+    """One partition's queued messages, its batches in flight and counters; guarded by the producer's lock.
+
+    Queued messages are held in ``QueuedBatch`` columns, each batch as the sender will take it: the
+    send path appends to the ``open`` one (the last) until it reaches a batch limit, the number of
+    messages or bytes (a chunked message's chunks stay together), so taking a batch is taking the
+    first one.
 
     The registration epoch and the topic's identity live here too: every commit to the partition
     carries them.
     """
 
     __slots__ = (
-        "bytes", "commit_s", "commit_started_s", "committed", "committing", "enqueued", "epoch", "flush_target",
-        "in_flight", "in_flight_messages", "log", "messages", "registry", "taken", "topic_id", "upload_s",
+        "batches", "bytes", "commit_s", "commit_started_s", "committed", "committing", "enqueued", "epoch",
+        "flush_target", "in_flight", "in_flight_messages", "log", "open", "queued", "registry", "taken", "topic_id",
+        "upload_s",
     )
 
     def __init__(self, log: TopicLog, registry: ProducerRegistry) -> None:
         self.log = log
         self.registry = registry
-        self.messages: deque[PendingMessage] = deque()
-        self.bytes = 0
+        self.batches: deque[QueuedBatch] = deque()
+        self.open: QueuedBatch | None = None  # the last of ``batches`` while it takes more messages
+        self.queued = 0  # messages in ``batches``
+        self.bytes = 0  # their sizes
         self.enqueued = 0
         self.taken = 0
         self.committed = 0

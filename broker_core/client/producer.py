@@ -104,6 +104,8 @@ class Producer(ProducerSender):
         self._batching = batching_enabled
         self._batch_max_messages = batching_max_messages
         self._batch_max_bytes = batching_max_allowed_size_in_bytes
+        self._take_max_messages = batching_max_messages if batching_enabled else 10_000
+        self._take_max_bytes = batching_max_allowed_size_in_bytes if batching_enabled else 16 << 20
         self._batch_delay_s = batching_max_publish_delay_ms / 1000
         self._chunking = chunking_enabled
         self._router = router
@@ -190,6 +192,7 @@ class Producer(ProducerSender):
             deliver_after,
             flush=True,
         )
+        assert pending is not None  # a send that waits always has its PendingMessage
         with self._done_cond:
             if not self._done_cond.wait_for(lambda: pending.done, timeout=self._send_timeout_s):
                 raise Timeout(f"send to {self._topic} did not complete within the send timeout", topic=str(self._topic))

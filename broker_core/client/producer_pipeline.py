@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from broker_core.client.builder import PendingMessage, plan_entries, rows_for
+from broker_core.client.builder import plan_entries, rows_for
 from broker_core.client.partition_queue import DONE, UPLOADED, InFlight, PartitionQueue
 from broker_core.client.producer_queue import ProducerQueueing
 from broker_core.message_id import MessageId
@@ -64,12 +64,13 @@ class ProducerPipeline(ProducerQueueing):
                 raise self._failure
             self._quota.admit(
                 self._partition_names[self._queues.index(q)],
-                deadline_s=self._deadline(item.messages[0].enqueued_s),
+                deadline_s=self._deadline(item.batch.enqueued_s),
                 closed=lambda: self._client._closed,
                 policy_source=self._effective,
             )
-            item.ordered, item.layout = plan_entries(item.messages, batching=self._batching, key_based=self._key_based)
-            table = rows_for(item.ordered, self._name, schema_version=self._schema_version, encoder=self._bulk)
+            item.order, item.layout = plan_entries(item.batch, batching=self._batching, key_based=self._key_based)
+            table = rows_for(item.batch, item.order, self._name, schema_version=self._schema_version,
+                             encoder=self._bulk)
             item.prepared = q.log.prepare(table, layout=item.layout, compression=self._compression,
                                           dedup=item.dedup, floors=item.floors)
         except BaseException as exc:  # resolved with the batch, in order, by the sender thread
@@ -95,8 +96,8 @@ class ProducerPipeline(ProducerQueueing):
                 q.commit_s = time.monotonic() - started_s  # read by the sender thread: a float, atomic
                 partition = self._queues.index(q) if self._partitioned else -1
                 for item, result in zip(ready, results, strict=True):
-                    if any(map(_WANTS_ID, item.ordered)):  # a plain send_async has nobody to hand it to
-                        self._assign_ids(q, partition, item.ordered, result.kept, result.segment)
+                    if any(map(_WANTS_ID, item.batch.extras.values())):  # a plain send_async has nobody
+                        self._assign_ids(q, partition, item, result.kept, result.segment)  # to hand it to
         except BaseException as exc:
             for item in ready:
                 item.error = exc
@@ -106,24 +107,31 @@ class ProducerPipeline(ProducerQueueing):
             q.committing = False
             self._cond.notify_all()
 
-    def _assign_ids(
-        self, q: PartitionQueue, partition: int, ordered: list[PendingMessage], kept: np.ndarray, segment: Any
-    ) -> None:
-        """Set the ``MessageId`` of each committed message (-1s for a duplicate dropped by dedup)."""
+    def _assign_ids(self, q: PartitionQueue, partition: int, item: InFlight, kept: np.ndarray, segment: Any) -> None:
+        """Set the ``MessageId`` of each committed message that has a ``PendingMessage`` (-1s for a
+        duplicate dropped by dedup); ``kept`` is in commit order."""
         ledger = q.log.log.cached_snapshot().ledger_id
+        extras = item.batch.extras
+        pending = list(extras.values())
+        positions = np.fromiter(extras.keys(), dtype=np.int64, count=len(extras))  # in the batch, send order
+        if item.order is not None:  # where each went in commit order (the inverse permutation)
+            positions = np.argsort(np.asarray(item.order, dtype=np.int64))[positions]
+        by_position = np.argsort(positions, kind="stable")
+        positions = positions[by_position]
+        was_kept = kept[positions]
         entry_list: list[int] = []
         batch_list: list[int] = []
-        if segment is not None:
-            offsets = segment.base_offset + np.cumsum(kept) - 1
-            entries, batches = q.log.ids_for_offsets(offsets[kept])
+        if segment is not None and was_kept.any():
+            offsets = segment.base_offset + (np.cumsum(kept) - 1)[positions[was_kept]]
+            entries, batches = q.log.ids_for_offsets(offsets)
             entry_list, batch_list = entries.tolist(), batches.tolist()
         i = 0
-        for was_kept, msg in zip(kept.tolist(), ordered, strict=True):
-            if was_kept:
-                msg.result = MessageId._trusted(partition, ledger, entry_list[i], batch_list[i])
+        for index, keep in zip(by_position.tolist(), was_kept.tolist(), strict=True):
+            if keep:
+                pending[index].result = MessageId._trusted(partition, ledger, entry_list[i], batch_list[i])
                 i += 1
             else:
-                msg.result = MessageId._trusted(partition, -1, -1, -1)
+                pending[index].result = MessageId._trusted(partition, -1, -1, -1)
 
     def _deadline(self, since_s: float) -> float | None:
         """When a send begun at ``since_s`` (monotonic) times out; None without a send timeout."""

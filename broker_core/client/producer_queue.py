@@ -3,8 +3,10 @@
 ``send_async`` and ``send`` end in ``_enqueue``, which runs once per message, so it is tuned: a
 plain send skips the argument checks (they cost more than the rest of the send), the lock is
 entered directly (``Condition.__enter__`` is Python), the sender thread is woken only when it has
-something new to decide, and a ``PendingMessage`` asks for its ``MessageId`` only when somebody
-waits for it.  Keep it that way: no extra calls or lookups per message.
+something new to decide, a plain send (no callback, waiter, key, properties or times) is held as
+entries in its batch's columns alone, with no object of its own for the garbage collector to track
+(``QueuedBatch``, D103), and a ``PendingMessage`` asks for its ``MessageId`` only when somebody waits
+for it.  Keep it that way: no extra calls or lookups per message.
 
 A message bigger than ``maxMessageSize`` is queued as its chunks when chunking is on.  A full queue
 blocks or raises ``ProducerQueueIsFull`` (``block_if_queue_full``).  The counters of a queue only
@@ -20,7 +22,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from broker_core.client.args import check_send_arguments
-from broker_core.client.builder import PendingMessage
+from broker_core.client.builder import PendingMessage, QueuedBatch
 from broker_core.client.partition_queue import PartitionQueue
 from broker_core.client.producer_connection import ProducerConnection
 from broker_core.clock import SystemClock
@@ -60,6 +62,8 @@ class ProducerQueueing(ProducerConnection):
     _next_sequence_id: int
     _batch_max_messages: int
     _batch_max_bytes: int
+    _take_max_messages: int  # what one batch taken holds at most: the batch limits, or without batching
+    _take_max_bytes: int  # (each message its own entry) 10,000 messages and 16 MiB
     _encryptor: MessageEncryptor | None = None  # set by create_producer(encryption_key=...)
 
     def _enqueue(
@@ -77,7 +81,7 @@ class ProducerQueueing(ProducerConnection):
         *,
         flush: bool,
         callback: Callable[[PendingMessage], None] | None = None,
-    ) -> PendingMessage:
+    ) -> PendingMessage | None:
         if self._closed:
             raise AlreadyClosed(f"producer {self._name!r} on {self._topic} is closed")
         if self._failure is not None:
@@ -158,69 +162,87 @@ class ProducerQueueing(ProducerConnection):
                 )
             partition = self._router.choose(partition_key, routed)
         ordering = ordering_key.encode("utf-8") if ordering_key else None
-        with self._lock:
+        pending = None
+        if not (
+            callback is None and not flush and props is None and partition_key is None and ordering is None
+            and event_timestamp is None and deliver_ms is None
+        ):  # a plain send is its batch's columns alone; anything more is held in a PendingMessage (D103)
+            pending = PendingMessage(
+                partition_key, ordering, props, event_timestamp, deliver_ms, callback, flush or callback is not None
+            )
+        lock = self._lock
+        lock.acquire()  # (not ``with``: its method lookups cost about as much again as the lock)
+        try:
             if sequence_id is None:
                 seq = self._next_sequence_id
                 self._next_sequence_id += 1
             else:
                 seq = sequence_id
             q = self._queues[partition]
-            was_empty = not q.messages
-            bytes_before = q.bytes
-            pending = PendingMessage(
-                data, partition_key, ordering, props, seq, publish_ms, event_timestamp, deliver_ms, size, callback,
-                now, flush or callback is not None,
-            )
+            was_empty = not q.queued
             if data is None or size <= max_size:
-                queued, total = len(q.messages), self._pending_total
+                queued, total = q.queued, self._pending_total
                 if (queued >= self._max_pending and queued > 0) or (
                     0 < self._max_pending_total <= total and total > 0
                 ):  # (``_full(partition, 1)`` inline: a call per message costs more than the test)
                     self._wait_for_space(partition, 1)
-                q.messages.append(pending)
+                batch = q.open
+                if batch is None:
+                    batch = q.open = QueuedBatch(now)
+                    q.batches.append(batch)
+                if pending is not None:
+                    batch.extras[len(batch.values)] = pending
+                batch.values.append(data)  # (``QueuedBatch.append`` inline)
+                batch.sequence_ids.append(seq)
+                batch.publish_ms.append(publish_ms)
+                batch.bytes += size
                 q.bytes += size
+                q.queued += 1
                 q.enqueued += 1
                 self._pending_total += 1
             else:
-                pending = self._enqueue_chunks(q, partition, pending, max_size)
+                batch = self._enqueue_chunks(
+                    q, partition, pending or PendingMessage(None, None, None, None, None, wants_id=False),
+                    data, size, seq, publish_ms, now, max_size,
+                )
+                pending = batch.extras[len(batch) - 1]
             if flush:
                 q.flush_target = q.enqueued
             # Wake the sender only when it has something new to decide: a first message (its batch delay
-            # starts), a flush, or a batch limit just reached.  Past a limit it needs no more wake-ups: it
-            # looks at every queue again after each commit.
-            count = len(q.messages)
-            if (
-                was_empty
-                or flush
-                or (count >= self._batch_max_messages and count - 1 < self._batch_max_messages)
-                or (q.bytes >= self._batch_max_bytes > bytes_before)
-            ):
+            # starts), a flush, or a batch just full.  Past that it needs no more wake-ups: it looks at
+            # every queue again after each commit.
+            full = len(batch.values) >= self._take_max_messages or batch.bytes >= self._take_max_bytes
+            if full:
+                q.open = None  # the next message starts the next batch
+            if was_empty or flush or full:
                 self._cond.notify_all()
+        finally:
+            lock.release()
         return pending
 
     def _enqueue_chunks(
-        self, q: PartitionQueue, partition: int, whole: PendingMessage, max_size: int
-    ) -> PendingMessage:
-        """Queue a message too big for one entry as its chunks (the last one carries the callback)."""
-        assert isinstance(whole.value, bytes)  # a chunking producer never defers encoding (D91)
-        pieces = self._split(whole.value, whole.size_bytes, max_size, whole.sequence_id)
+        self, q: PartitionQueue, partition: int, whole: PendingMessage, data: bytes, size: int, seq: int,
+        publish_ms: int, now: float, max_size: int,
+    ) -> QueuedBatch:
+        """Queue a message too big for one entry as its chunks, in one batch (the last chunk carries the
+        callback); returns that batch."""
+        assert isinstance(data, bytes)  # a chunking producer never defers encoding (D91)
+        pieces = self._split(data, size, max_size, seq)
         self._wait_for_space(partition, len(pieces))
-        chunks = [
-            dataclasses.replace(
-                whole,
-                value=chunk,
-                size_bytes=len(chunk),
-                callback=whole.callback if index == len(pieces) - 1 else None,
-                **chunk_fields,
+        batch = q.open
+        if batch is None:
+            batch = q.open = QueuedBatch(now)
+            q.batches.append(batch)
+        for index, (chunk, chunk_fields) in enumerate(pieces):
+            extra = dataclasses.replace(
+                whole, callback=whole.callback if index == len(pieces) - 1 else None, **chunk_fields
             )
-            for index, (chunk, chunk_fields) in enumerate(pieces)
-        ]
-        for chunk_msg in chunks:
-            q.messages.append(chunk_msg)
-            q.bytes += chunk_msg.size_bytes
-            q.enqueued += 1
-        self._pending_total += len(chunks)
-        return chunks[-1]
+            batch.append(chunk, len(chunk), seq, publish_ms, extra)
+            q.bytes += len(chunk)
+        q.queued += len(pieces)
+        q.enqueued += len(pieces)
+        self._pending_total += len(pieces)
+        return batch
 
     def _split(self, data: bytes, size: int, chunk_size: int, seq: int) -> list[tuple[bytes, dict[str, Any]]]:
         count = (size + chunk_size - 1) // chunk_size
@@ -234,7 +256,7 @@ class ProducerQueueing(ProducerConnection):
         ]
 
     def _full(self, partition: int, needed: int) -> bool:
-        queued = len(self._queues[partition].messages)
+        queued = self._queues[partition].queued
         total = self._pending_total
         return (queued + needed > self._max_pending and queued > 0) or (
             self._max_pending_total > 0 and total + needed > self._max_pending_total and total > 0

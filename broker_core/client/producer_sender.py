@@ -19,11 +19,11 @@ a deleted topic or a fencing fails the producer for good.
 from __future__ import annotations
 
 import time
-from itertools import islice, repeat
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from broker_core.client.builder import PendingMessage
+import numpy as np
+
+from broker_core.client.builder import QueuedBatch
 from broker_core.client.partition_queue import COMMITTING, DONE, UPLOADED, InFlight, PartitionQueue, delay_cut_s
 from broker_core.client.producer_pipeline import ProducerPipeline
 from broker_core.errors import DirectoryGone, PulsarException, TopicDeleted
@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     import threading
 
     from broker_core.naming import TopicName
-
-_SIZE_BYTES = attrgetter("size_bytes")
-_SEQUENCE_ID = attrgetter("sequence_id")
 
 
 class ProducerSender(ProducerPipeline):
@@ -56,59 +53,41 @@ class ProducerSender(ProducerPipeline):
         return room
 
     def _ready(self, q: PartitionQueue, now: float) -> bool:
-        if not q.messages:
+        if not q.queued:
             return False
-        if self._room(q) < min(len(q.messages), self._batch_max_messages if self._batching else 10_000):
+        if self._room(q) < min(q.queued, self._batch_max_messages if self._batching else 10_000):
             return False  # the pipeline is full: wait for a commit to resolve
         if not self._batching or self._closed or q.taken < q.flush_target:
             return True
-        if len(q.messages) >= self._batch_max_messages or q.bytes >= self._batch_max_bytes:
+        if q.queued >= self._batch_max_messages or q.bytes >= self._batch_max_bytes:
             return True
-        if now - q.messages[0].enqueued_s < self._batch_delay_s:
+        if now - q.batches[0].enqueued_s < self._batch_delay_s:
             return False
         cut_s = delay_cut_s(q, now)  # when the partition's next group commit is reachable (D79)
         return cut_s is not None and cut_s <= now
 
-    def _take(self, q: PartitionQueue) -> list[PendingMessage]:
-        limit = self._batch_max_messages if self._batching else 10_000
-        byte_limit = self._batch_max_bytes if self._batching else 16 << 20
-        messages = q.messages
-        count = min(len(messages), limit)
-        head = list(islice(messages, count))
-        total_bytes = sum(map(_SIZE_BYTES, head))
-        if head and total_bytes - head[-1].size_bytes < byte_limit and not (
-            head[-1].is_chunk and head[-1].chunk_id != (head[-1].num_chunks or 0) - 1
-        ):  # the loop below would take exactly ``head``: take it without a Python step per message
-            if count == len(messages):
-                messages.clear()
-            else:
-                for _ in repeat(None, count):
-                    messages.popleft()
-            q.bytes -= total_bytes
-            q.taken += count
-            return head
-        out: list[PendingMessage] = []
-        size = 0
-        while q.messages and (
-            (len(out) < limit and size < byte_limit)
-            or (out and out[-1].is_chunk and out[-1].chunk_id != (out[-1].num_chunks or 0) - 1)
-        ):
-            msg = q.messages.popleft()
-            out.append(msg)
-            size += msg.size_bytes
-            q.bytes -= msg.size_bytes
-        q.taken += len(out)
-        return out
+    @staticmethod
+    def _take(q: PartitionQueue) -> QueuedBatch | None:
+        """The first batch of ``q``'s queue: the send path cut its batches at the limits (D103)."""
+        if not q.batches:
+            return None
+        batch = q.batches.popleft()
+        if batch is q.open:
+            q.open = None
+        q.queued -= len(batch)
+        q.bytes -= batch.bytes
+        q.taken += len(batch)
+        return batch
 
-    def _launch(self, q: PartitionQueue, batch: list[PendingMessage], dedup: bool) -> InFlight:
+    def _launch(self, q: PartitionQueue, batch: QueuedBatch, dedup: bool) -> InFlight:
         """Put a taken batch in flight behind the others of its partition (under the lock; its entries
         are planned by the upload, off the lock the send path takes for every message)."""
         floors = None
         if dedup and q.in_flight:  # the batches ahead will commit first: their sequence ids are taken
             floors = {self._name: max(item.max_sequence_id for item in q.in_flight)}
-        partial = self._batching and len(batch) < self._batch_max_messages and (
-            sum(map(_SIZE_BYTES, batch)) < self._batch_max_bytes)
-        item = InFlight(batch, batch, [], max(map(_SEQUENCE_ID, batch)), dedup, floors, partial)
+        partial = self._batching and len(batch) < self._batch_max_messages and batch.bytes < self._batch_max_bytes
+        top_sequence_id = int(np.frombuffer(batch.sequence_ids, dtype=np.int64).max())  # (no Python per message)
+        item = InFlight(batch, None, [], top_sequence_id, dedup, floors, partial)
         q.in_flight.append(item)
         q.in_flight_messages += len(batch)
         self._in_flight_total += len(batch)
@@ -151,15 +130,15 @@ class ProducerSender(ProducerPipeline):
                     done = [(q, d) for q in self._queues if (d := self._resolvable(q))]
                     if ready or groups or done:
                         break
-                    if self._closed and not any(q.messages or q.in_flight for q in self._queues):
+                    if self._closed and not any(q.queued or q.in_flight for q in self._queues):
                         self._pool.shutdown()
                         return
                     # a batch's delay runs out only where the pipeline has room; elsewhere a commit
                     # resolving wakes this thread
                     # (a batch held for an upload is woken when that upload ends)
-                    cuts = [delay_cut_s(q, max(now, q.messages[0].enqueued_s + self._batch_delay_s))
+                    cuts = [delay_cut_s(q, max(now, q.batches[0].enqueued_s + self._batch_delay_s))
                             for q in self._queues
-                            if q.messages and self._room(q) >= min(len(q.messages), self._batch_max_messages)]
+                            if q.queued and self._room(q) >= min(q.queued, self._batch_max_messages)]
                     waits = [cut_s - now for cut_s in cuts if cut_s is not None]
                     timeout = min([*waits, self._lease_ms / 3000])
                     self._cond.wait(timeout=max(timeout, 0.0005))
@@ -167,7 +146,7 @@ class ProducerSender(ProducerPipeline):
                 # the policies as of now (no I/O on object stores; a cheap local re-read once a second)
                 dedup = self._dedup if ready else False
                 launched = [(q, self._launch(q, batch, dedup)) for q in ready if (batch := self._take(q))]
-                self._pending_total -= sum(len(item.messages) for _, item in launched)
+                self._pending_total -= sum(len(item.batch) for _, item in launched)
                 self._cond.notify_all()
             for q, item in launched:
                 self._pool.submit(lambda q=q, item=item: self._upload(q, item))  # type: ignore[misc]
@@ -187,24 +166,25 @@ class ProducerSender(ProducerPipeline):
                     self._failure = error = self._failure or self._disconnected(exc)
                 elif isinstance(exc, PulsarException) and type(exc).__name__ == "ProducerFenced":
                     self._failure = exc
-                for msg in item.messages:
+                for msg in item.batch.extras.values():
                     msg.error = error
             with self._cond:
                 if exc is None:
                     self._last_sequence_id = max(self._last_sequence_id, item.max_sequence_id)
-                q.in_flight_messages -= len(item.messages)
-                self._in_flight_total -= len(item.messages)
+                q.in_flight_messages -= len(item.batch)
+                self._in_flight_total -= len(item.batch)
                 self._cond.notify_all()
-            self._resolve(q, item.messages)
+            self._resolve(q, item.batch)
 
-    def _resolve(self, q: PartitionQueue, batch: list[PendingMessage]) -> None:
+    def _resolve(self, q: PartitionQueue, batch: QueuedBatch) -> None:
         """Mark a committed (or failed) batch done, wake waiters, then run the callbacks in order."""
+        pending = list(batch.extras.values())  # in send order (a plain send has nothing to settle)
         with self._done_cond:
-            for msg in batch:
+            for msg in pending:
                 msg.done = True
             q.committed += len(batch)
             self._done_cond.notify_all()
-        for msg in batch:
+        for msg in pending:
             if msg.callback is not None:
                 msg.callback(msg)
 

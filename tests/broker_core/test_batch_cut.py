@@ -17,6 +17,7 @@ import pytest
 from test_producer_pipeline import Recording, T, _client
 
 from broker_core import MessageId, Result
+from broker_core.client.builder import QueuedBatch
 from broker_core.client.partition_queue import (
     RIDE_MARGIN_FRACTION,
     RIDE_MARGIN_MIN_S,
@@ -37,7 +38,7 @@ def _queue(*, committing: bool = False, started_s: float = 100.0, commit_s: floa
     q.commit_s = commit_s
     q.upload_s = upload_s
     for stage in stages:
-        item: Any = InFlight([], [], [], 0, False, None, partial)
+        item: Any = InFlight(QueuedBatch(0.0), None, [], 0, False, None, partial)
         item.stage = stage
         q.in_flight.append(item)
     return q

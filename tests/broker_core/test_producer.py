@@ -898,13 +898,13 @@ def test_keyless_and_keyed_rows_carry_the_sticky_key_hash(tmp_path: Path) -> Non
     same as the vectorised one, and a batch mixing keyed and keyless rows hashes each row."""
     import pyarrow as pa
 
-    from broker_core.client.builder import PendingMessage, rows_for
+    from broker_core.client.builder import PendingMessage, QueuedBatch, rows_for
     from broker_core.hashing import sticky_key_hash_array
 
-    def pending(key: str | None) -> PendingMessage:
-        return PendingMessage(b"v", key, None, None, 0, EPOCH_MS, None, None, 1)
-
     for keys in ([None, None, None], ["a", None, "b"]):
-        rows = rows_for([pending(k) for k in keys], "p")
+        batch = QueuedBatch(0.0)
+        for key in keys:  # a keyless send is a plain one: its batch's columns alone
+            batch.append(b"v", 1, 0, EPOCH_MS, None if key is None else PendingMessage(key, None, None, None, None))
+        rows = rows_for(batch, None, "p")
         expected = sticky_key_hash_array(pa.array([None] * 3, pa.binary()), pa.array(keys, pa.string()))
         assert rows.column("sticky_key_hash").to_pylist() == expected.to_pylist()
