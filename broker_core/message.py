@@ -7,8 +7,9 @@ Python object per message only at the point the API needs one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -196,37 +197,45 @@ class RowBatch:
         return self._schema.value_of_datum(datum)
 
 
-def _values(table: pa.Table, name: str) -> list[Any]:
-    """A column as Python values; an all-null column (most optional fields) skips the conversion."""
+def _values(table: pa.Table, name: str) -> Iterable[Any]:
+    """A column as Python values; an all-null column (most optional fields) is ``repeat(None)``, no
+    conversion and no list (``messages_from_rows`` maps over the columns, bounded by the row range)."""
     column = table.column(name)
     if column.null_count == len(column):
-        return [None] * len(column)
+        return repeat(None)
     return column.to_pylist()
 
 
-def _shared_values(table: pa.Table, name: str) -> list[Any]:
+def _shared_values(table: pa.Table, name: str) -> Iterable[Any]:
     """``_values`` of a column that mostly holds one value for a whole read (the producer name, the
-    schema version): then one Python object for every row, not one per row."""
+    schema version): then ``repeat`` of one Python object, not one per row."""
     column = table.column(name)
     n = len(column)
     if column.null_count == n:
-        return [None] * n
+        return repeat(None)
     if column.null_count == 0 and n > 1:
         distinct = pc.unique(column)
         if len(distinct) == 1:
-            return [distinct[0].as_py()] * n
+            return repeat(distinct[0].as_py())
     return column.to_pylist()
 
 
-def _ms(table: pa.Table, name: str) -> list[int | None]:
-    """A timestamp column (us) as whole milliseconds."""
+def _ms(table: pa.Table, name: str, null: int | None) -> Iterable[int | None]:
+    """A timestamp column (us) as whole milliseconds, ``null`` where it is null."""
     column = table.column(name)
     if column.null_count == len(column):
-        return [None] * len(column)
+        return repeat(null)
     ints = column.cast(pa.int64())
     if column.null_count == 0:
         return (ints.to_numpy() // 1000).tolist()
-    return [None if v is None else v // 1000 for v in ints.to_pylist()]
+    return [null if v is None else v // 1000 for v in ints.to_pylist()]
+
+
+def _properties(table: pa.Table) -> Iterable[Mapping[str, str]]:
+    column = table.column("properties")
+    if column.null_count == len(column):
+        return repeat(_NO_PROPERTIES)
+    return [dict(prop) if prop else _NO_PROPERTIES for prop in column.to_pylist()]
 
 
 def messages_from_rows(
@@ -242,37 +251,28 @@ def messages_from_rows(
 ) -> list[Message]:
     """Build ``Message`` objects from segment rows (one per row; chunks are not merged here).
 
-    This runs once per received message, so it converts each column in one call and builds each
-    ``Message`` positionally (field order as declared above).  What most applications never ask for
+    This runs once per received message, so it converts each column in one call and builds the
+    ``Message`` objects with one C-level ``map`` over the columns (positionally, field order as
+    declared above; a column null in every row, and a constant one, is a ``repeat`` of one value):
+    no Python bytecode per row besides ``Message.__init__``.  What most applications never ask for
     is left to the shared ``RowBatch``: the ``MessageId`` (built by ``message_id()``) and the decoded
     value (decoded for the whole batch by the first ``value()``).
     """
     values = table.column("value").to_pylist()
-    keys = _values(table, "key")
-    ordering = _values(table, "ordering_key")
-    props = _values(table, "properties")
-    producers = _shared_values(table, "producer_name")
-    seqs = _values(table, "sequence_id")
-    publish = _ms(table, "publish_time")
-    event = _ms(table, "event_time")
-    deliver = _ms(table, "deliver_at")
-    versions = _shared_values(table, "schema_version")
-    hashes = _values(table, "sticky_key_hash")
-    decodes = schema is not None and schema.batch_decodes and len(values) >= _MIN_BATCH_ROWS
+    n = len(values)
+    decodes = schema is not None and schema.batch_decodes and n >= _MIN_BATCH_ROWS
     batch = RowBatch(values, entry_ids.tolist(), batch_indexes.tolist(), ledger_id=ledger_id, partition=partition,
                      topic=topic, schema=schema if decodes else None, column=table.column("value"),
                      versions=table.column("schema_version"))
-    new = Message
-    return [
-        new(value, key, ordering_key, dict(prop) if prop else _NO_PROPERTIES, producer, seq, published or 0,
-            event_ms or 0, deliver_ms, version, None, topic, 0, schema, offset, sticky_hash or 0, None, -1, None, batch,
-            row)
-        for row, (value, key, ordering_key, prop, producer, seq, published, event_ms, deliver_ms, version, offset,
-                  sticky_hash) in enumerate(zip(
-            values, keys, ordering, props, producers, seqs, publish, event, deliver, versions, offsets.tolist(),
-            hashes, strict=True,
-        ))
-    ]
+    hashes = table.column("sticky_key_hash")  # (never null: written by every producer)
+    return list(map(
+        Message, values, _values(table, "key"), _values(table, "ordering_key"), _properties(table),
+        _shared_values(table, "producer_name"), _values(table, "sequence_id"), _ms(table, "publish_time", 0),
+        _ms(table, "event_time", 0), _ms(table, "deliver_at", None), _shared_values(table, "schema_version"),
+        repeat(None), repeat(topic), repeat(0), repeat(schema), offsets.tolist(),
+        hashes.to_pylist() if hashes.null_count == 0 else [h or 0 for h in hashes.to_pylist()],
+        repeat(None), repeat(-1), repeat(None), repeat(batch), range(n),
+    ))
 
 
 __all__ = ["BytesSchema", "Message", "RowBatch", "Schema", "StringSchema", "messages_from_rows"]
