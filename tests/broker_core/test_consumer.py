@@ -437,6 +437,24 @@ def test_redeliver_unacknowledged_messages(client: Client) -> None:
         consumer.close()
 
 
+@BOTH_CLIENTS
+def test_cumulative_ack_forgets_only_what_it_covers(client: Client) -> None:
+    """A cumulative ack of a message in the middle of what the consumer holds leaves the later ones
+    unacknowledged (redelivered); one of the last message held forgets them all."""
+    send_all(client, "t", [f"m{i}" for i in range(6)])
+    consumer = subscribe(client)
+    msgs = receive_n(consumer, 6)
+    consumer.acknowledge_cumulative(msgs[2])
+    consumer.redeliver_unacknowledged_messages()
+    again = receive_n(consumer, 3)
+    assert values(again) == ["m3", "m4", "m5"]
+    assert [m.redelivery_count() for m in again] == [1, 1, 1]
+    consumer.acknowledge_cumulative(again[-1])
+    consumer.redeliver_unacknowledged_messages()
+    assert drain(consumer) == []
+    consumer.close()
+
+
 # -- seek ----------------------------------------------------------------------------------------------------
 
 
