@@ -7,8 +7,8 @@ Python object per message only at the point the API needs one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from itertools import islice, repeat
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -24,31 +24,66 @@ if TYPE_CHECKING:
     from broker_core.crypto import EncryptionContext
 
 
-@dataclass(slots=True, eq=False)
 class Message:
-    """A received message (the official client's ``Message`` accessors)."""
+    """A received message (the official client's ``Message`` accessors).
+
+    What a message was sent with and few applications read (ordering key, producer name, sequence
+    id, publish/event/deliver-at times) is one ``_sent`` tuple, or for a message read from a segment
+    (``messages_from_rows``) its row of the ``RowBatch``, converted when first asked for: a received
+    message is then built with ten values instead of twenty-one, and is a smaller object for the
+    garbage collector to scan while it waits in a receiver queue.
+    """
+
+    __slots__ = ("_batch", "_chunk_offsets", "_data", "_encryption", "_key", "_message_id", "_offset", "_properties",
+                 "_redelivery_count", "_row", "_schema", "_schema_version", "_sent", "_source", "_sticky_key_hash",
+                 "_topic")
 
     _data: bytes | None
     _key: str | None
-    _ordering_key: bytes | None
     _properties: Mapping[str, str]  # read-only: replaced, never changed in place (``_NO_PROPERTIES``)
-    _producer_name: str | None
-    _sequence_id: int | None
-    _publish_time_ms: int
-    _event_time_ms: int
-    _deliver_at_ms: int | None
     _schema_version: bytes | None
     _message_id: MessageId | None  # None: built by ``message_id()`` from ``_batch``
     _topic: str
-    _redelivery_count: int = 0
-    _schema: Schema | None = None
-    _offset: int = -1
-    _sticky_key_hash: int = 0
-    _chunk_offsets: list[int] | None = None
-    _source: int = -1  # index of the consumer's subscription part that delivered it
-    _encryption: EncryptionContext | None = None  # set when the message arrived encrypted
-    _batch: RowBatch | None = None  # the rows read with this one (lazy id, values decoded together)
-    _row: int = 0  # this message's row in ``_batch``
+    _redelivery_count: int
+    _schema: Schema | None
+    _offset: int
+    _sticky_key_hash: int
+    _chunk_offsets: list[int] | None
+    _source: int  # index of the consumer's subscription part that delivered it
+    _encryption: EncryptionContext | None  # set when the message arrived encrypted
+    _batch: RowBatch | None  # the rows read with this one (lazy id, values decoded together)
+    _row: int  # this message's row in ``_batch``
+    _sent: _Sent | None  # None: the row ``_row`` of ``_batch`` holds it
+
+    def __init__(self, _data: bytes | None, _key: str | None, _ordering_key: bytes | None,
+                 _properties: Mapping[str, str], _producer_name: str | None, _sequence_id: int | None,
+                 _publish_time_ms: int, _event_time_ms: int, _deliver_at_ms: int | None, _schema_version: bytes | None,
+                 _message_id: MessageId | None, _topic: str, _redelivery_count: int = 0, _schema: Schema | None = None,
+                 _offset: int = -1, _sticky_key_hash: int = 0, _chunk_offsets: list[int] | None = None,
+                 _source: int = -1, _encryption: EncryptionContext | None = None) -> None:
+        self._data = _data
+        self._key = _key
+        self._properties = _properties
+        self._schema_version = _schema_version
+        self._message_id = _message_id
+        self._topic = _topic
+        self._redelivery_count = _redelivery_count
+        self._schema = _schema
+        self._offset = _offset
+        self._sticky_key_hash = _sticky_key_hash
+        self._chunk_offsets = _chunk_offsets
+        self._source = _source
+        self._encryption = _encryption
+        self._batch = None
+        self._row = 0
+        self._sent = (_ordering_key, _producer_name, _sequence_id, _publish_time_ms, _event_time_ms, _deliver_at_ms)
+
+    def _sent_fields(self) -> _Sent:
+        sent = self._sent
+        if sent is None:
+            assert self._batch is not None
+            sent = self._sent = self._batch.sent(self._row)
+        return sent
 
     def data(self) -> bytes:
         """The raw payload (b"" for a null-value tombstone; see ``has_null_value``)."""
@@ -85,18 +120,19 @@ class Message:
         return self._key or ""
 
     def ordering_key(self) -> str:
-        return self._ordering_key.decode("utf-8", "replace") if self._ordering_key else ""
+        ordering_key = self._sent_fields()[0]
+        return ordering_key.decode("utf-8", "replace") if ordering_key else ""
 
     def publish_timestamp(self) -> int:
         """Publish time in ms since the epoch (taken when ``send`` was called)."""
-        return self._publish_time_ms
+        return self._sent_fields()[3]
 
     def event_timestamp(self) -> int:
         """Event time in ms, 0 when the producer set none (as in Pulsar)."""
-        return self._event_time_ms
+        return self._sent_fields()[4]
 
     def deliver_at_timestamp(self) -> int | None:
-        return self._deliver_at_ms
+        return self._sent_fields()[5]
 
     def message_id(self) -> MessageId:
         msg_id = self._message_id
@@ -115,10 +151,11 @@ class Message:
         return self._schema_version or b""
 
     def producer_name(self) -> str:
-        return self._producer_name or ""
+        return self._sent_fields()[1] or ""
 
     def sequence_id(self) -> int:
-        return -1 if self._sequence_id is None else self._sequence_id
+        sequence_id = self._sent_fields()[2]
+        return -1 if sequence_id is None else sequence_id
 
     def encryption_context(self) -> EncryptionContext | None:
         """How the message was encrypted end to end (``broker_core/crypto.py``), None if it was not."""
@@ -129,6 +166,7 @@ class Message:
         return f"Message(id={self.message_id()}, topic={self._topic!r}, key={self._key!r}, value={size})"
 
 
+_Sent = tuple[bytes | None, str | None, int | None, int, int, int | None]  # see ``Message._sent``
 _NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})  # what most received messages carry: one shared,
 # read-only object, not an empty dict per message that the garbage collector tracks in the receiver queue
 _UNDECODED = object()  # ``RowBatch.value``: no value from the batch, decode the message alone
@@ -150,12 +188,11 @@ class RowBatch:
     every message decodes alone.
     """
 
-    __slots__ = ("_column", "_entries", "_indexes", "_schema", "_values", "_versions", "ledger_id", "of_row",
-                 "partition", "payloads", "rows", "topic")
+    __slots__ = ("_column", "_entries", "_indexes", "_schema", "_sent_rows", "_table", "_values", "_versions",
+                 "ledger_id", "of_row", "partition", "payloads", "rows", "topic")
 
     def __init__(self, payloads: list[bytes | None], entries: list[int], indexes: list[int], *, ledger_id: int,
-                 partition: int, topic: str, schema: Schema | None, column: pa.ChunkedArray,
-                 versions: pa.ChunkedArray) -> None:
+                 partition: int, topic: str, schema: Schema | None, table: pa.Table) -> None:
         self.payloads = payloads  # the messages' own ``_data`` objects: a replaced payload is not in here
         self._entries = entries
         self._indexes = indexes
@@ -163,14 +200,28 @@ class RowBatch:
         self.partition = partition
         self.topic = topic
         self._schema = schema
-        self._column: pa.ChunkedArray | None = column if schema is not None else None
-        self._versions: pa.ChunkedArray | None = versions if schema is not None else None
+        self._column: pa.ChunkedArray | None = table.column("value") if schema is not None else None
+        self._versions: pa.ChunkedArray | None = table.column("schema_version") if schema is not None else None
         self._values: dict[int, Any] | None = None if schema is not None else {}
+        self._table = table  # the rows themselves: what ``sent`` converts when first asked
+        self._sent_rows: list[_Sent] | None = None
         self.rows: list[tuple[Any, ...]] | None = None  # decoded rows that each ``value()`` builds anew
         self.of_row: Any = None  # the schema's ``row_builder()`` for them
 
     def message_id(self, row: int) -> MessageId:
         return MessageId._trusted(self.partition, self.ledger_id, self._entries[row], self._indexes[row], self.topic)
+
+    def sent(self, row: int) -> _Sent:
+        """``Message._sent`` of ``row``: every row's converted at the first call (most reads never ask)."""
+        rows = self._sent_rows
+        if rows is None:
+            table = self._table
+            rows = self._sent_rows = list(islice(zip(
+                _values(table, "ordering_key"), _shared_values(table, "producer_name"), _values(table, "sequence_id"),
+                _ms(table, "publish_time", 0), _ms(table, "event_time", 0), _ms(table, "deliver_at", None),
+                strict=False,  # (a ``repeat`` of a constant column is endless: ``islice`` bounds the rows)
+            ), table.num_rows))
+        return rows[row]
 
     def value(self, row: int) -> Any:
         """The decoded value of ``row`` (once), or ``_UNDECODED``."""
@@ -196,37 +247,45 @@ class RowBatch:
         return self._schema.value_of_datum(datum)
 
 
-def _values(table: pa.Table, name: str) -> list[Any]:
-    """A column as Python values; an all-null column (most optional fields) skips the conversion."""
+def _values(table: pa.Table, name: str) -> Iterable[Any]:
+    """A column as Python values; an all-null column (most optional fields) is ``repeat(None)``, no
+    conversion and no list (``messages_from_rows`` maps over the columns, bounded by the row range)."""
     column = table.column(name)
     if column.null_count == len(column):
-        return [None] * len(column)
+        return repeat(None)
     return column.to_pylist()
 
 
-def _shared_values(table: pa.Table, name: str) -> list[Any]:
+def _shared_values(table: pa.Table, name: str) -> Iterable[Any]:
     """``_values`` of a column that mostly holds one value for a whole read (the producer name, the
-    schema version): then one Python object for every row, not one per row."""
+    schema version): then ``repeat`` of one Python object, not one per row."""
     column = table.column(name)
     n = len(column)
     if column.null_count == n:
-        return [None] * n
+        return repeat(None)
     if column.null_count == 0 and n > 1:
         distinct = pc.unique(column)
         if len(distinct) == 1:
-            return [distinct[0].as_py()] * n
+            return repeat(distinct[0].as_py())
     return column.to_pylist()
 
 
-def _ms(table: pa.Table, name: str) -> list[int | None]:
-    """A timestamp column (us) as whole milliseconds."""
+def _ms(table: pa.Table, name: str, null: int | None) -> Iterable[int | None]:
+    """A timestamp column (us) as whole milliseconds, ``null`` where it is null."""
     column = table.column(name)
     if column.null_count == len(column):
-        return [None] * len(column)
+        return repeat(null)
     ints = column.cast(pa.int64())
     if column.null_count == 0:
         return (ints.to_numpy() // 1000).tolist()
-    return [None if v is None else v // 1000 for v in ints.to_pylist()]
+    return [null if v is None else v // 1000 for v in ints.to_pylist()]
+
+
+def _properties(table: pa.Table) -> Iterable[Mapping[str, str]]:
+    column = table.column("properties")
+    if column.null_count == len(column):
+        return repeat(_NO_PROPERTIES)
+    return [dict(prop) if prop else _NO_PROPERTIES for prop in column.to_pylist()]
 
 
 def messages_from_rows(
@@ -242,37 +301,52 @@ def messages_from_rows(
 ) -> list[Message]:
     """Build ``Message`` objects from segment rows (one per row; chunks are not merged here).
 
-    This runs once per received message, so it converts each column in one call and builds each
-    ``Message`` positionally (field order as declared above).  What most applications never ask for
-    is left to the shared ``RowBatch``: the ``MessageId`` (built by ``message_id()``) and the decoded
-    value (decoded for the whole batch by the first ``value()``).
+    This runs once per received message, so it converts each column in one call and builds the
+    ``Message`` objects with one C-level ``map`` over the columns (a column null in every row, and a
+    constant one, is a ``repeat`` of one value): no Python bytecode per row besides ``_received``.
+    What most applications never ask for is left to the shared ``RowBatch``: the ``MessageId``
+    (built by ``message_id()``), the sent fields (``RowBatch.sent``) and the decoded value (decoded
+    for the whole batch by the first ``value()``).
     """
     values = table.column("value").to_pylist()
-    keys = _values(table, "key")
-    ordering = _values(table, "ordering_key")
-    props = _values(table, "properties")
-    producers = _shared_values(table, "producer_name")
-    seqs = _values(table, "sequence_id")
-    publish = _ms(table, "publish_time")
-    event = _ms(table, "event_time")
-    deliver = _ms(table, "deliver_at")
-    versions = _shared_values(table, "schema_version")
-    hashes = _values(table, "sticky_key_hash")
-    decodes = schema is not None and schema.batch_decodes and len(values) >= _MIN_BATCH_ROWS
+    n = len(values)
+    decodes = schema is not None and schema.batch_decodes and n >= _MIN_BATCH_ROWS
     batch = RowBatch(values, entry_ids.tolist(), batch_indexes.tolist(), ledger_id=ledger_id, partition=partition,
-                     topic=topic, schema=schema if decodes else None, column=table.column("value"),
-                     versions=table.column("schema_version"))
-    new = Message
-    return [
-        new(value, key, ordering_key, dict(prop) if prop else _NO_PROPERTIES, producer, seq, published or 0,
-            event_ms or 0, deliver_ms, version, None, topic, 0, schema, offset, sticky_hash or 0, None, -1, None, batch,
-            row)
-        for row, (value, key, ordering_key, prop, producer, seq, published, event_ms, deliver_ms, version, offset,
-                  sticky_hash) in enumerate(zip(
-            values, keys, ordering, props, producers, seqs, publish, event, deliver, versions, offsets.tolist(),
-            hashes, strict=True,
-        ))
-    ]
+                     topic=topic, schema=schema if decodes else None, table=table)
+    hashes = table.column("sticky_key_hash")  # (never null: written by every producer)
+    return list(map(
+        _received, values, _values(table, "key"), _properties(table), _shared_values(table, "schema_version"),
+        repeat(topic), repeat(schema), offsets.tolist(),
+        hashes.to_pylist() if hashes.null_count == 0 else [h or 0 for h in hashes.to_pylist()],
+        repeat(batch), range(n),
+    ))
+
+
+_new = object.__new__
+
+
+def _received(data: bytes | None, key: str | None, properties: Mapping[str, str], version: bytes | None, topic: str,
+              schema: Schema | None, offset: int, sticky_key_hash: int, batch: RowBatch, row: int) -> Message:
+    """A ``Message`` of row ``row`` of ``batch`` (``Message.__init__`` without the sent fields, which
+    stay in the batch until asked for)."""
+    msg = _new(Message)
+    msg._data = data
+    msg._key = key
+    msg._properties = properties
+    msg._schema_version = version
+    msg._message_id = None
+    msg._topic = topic
+    msg._redelivery_count = 0
+    msg._schema = schema
+    msg._offset = offset
+    msg._sticky_key_hash = sticky_key_hash
+    msg._chunk_offsets = None
+    msg._source = -1
+    msg._encryption = None
+    msg._batch = batch
+    msg._row = row
+    msg._sent = None
+    return msg
 
 
 __all__ = ["BytesSchema", "Message", "RowBatch", "Schema", "StringSchema", "messages_from_rows"]

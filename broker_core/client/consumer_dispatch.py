@@ -266,7 +266,8 @@ class ConsumerDispatch(ConsumerAcks):
         local, upto = held_locally
         for pieces in part.chunks.values():  # chunks buffered until their message is complete
             local.update(p._offset for p in pieces)
-        held = np.fromiter((int(o) in local for o in candidates), dtype=bool, count=len(candidates))
+        held = np.isin(candidates, np.fromiter(local, dtype=np.int64, count=len(local))) if local else \
+            np.zeros(len(candidates), dtype=bool)  # (held nothing, reading a backlog on: no pass at all)
         held |= candidates <= upto
         offsets = candidates[fresh & ~held].tolist()
         drained = end >= snap.next_offset

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -253,6 +254,28 @@ def test_message_accessors_and_schema(client: Client) -> None:
     consumer.close()
 
 
+def test_sent_fields_of_each_row_of_a_read(client: Client) -> None:
+    """What a message was sent with and is read back only on request (D104: kept with the read's rows)
+    is each row's own: ordering key, producer name, sequence id, publish and event times."""
+    producer = client.create_producer("t", producer_name="p1", batching_enabled=True,
+                                      batching_max_publish_delay_ms=60_000)
+    started_ms = int(time.time() * 1000)
+    for i in range(300):
+        producer.send_async(f"m{i}".encode(), None, ordering_key=f"ok{i % 7}" if i % 3 else None,
+                            event_timestamp=1000 + i if i % 2 else None)
+    producer.flush()
+    producer.close()
+    consumer = subscribe(client)
+    msgs = receive_n(consumer, 300)
+    assert [m.ordering_key() for m in msgs] == [f"ok{i % 7}" if i % 3 else "" for i in range(300)]
+    assert [m.event_timestamp() for m in msgs] == [1000 + i if i % 2 else 0 for i in range(300)]
+    assert [m.sequence_id() for m in msgs] == list(range(300))
+    assert {m.producer_name() for m in msgs} == {"p1"}
+    assert all(m.publish_timestamp() >= started_ms - 1000 for m in msgs)
+    assert {m.deliver_at_timestamp() for m in msgs} == {None}
+    consumer.close()
+
+
 # -- acknowledgment ---------------------------------------------------------------------------------------
 
 
@@ -435,6 +458,24 @@ def test_redeliver_unacknowledged_messages(client: Client) -> None:
         assert sorted(values(again)) == ["a", "c"], kind
         assert {m.redelivery_count() for m in again} == {1}
         consumer.close()
+
+
+@BOTH_CLIENTS
+def test_cumulative_ack_forgets_only_what_it_covers(client: Client) -> None:
+    """A cumulative ack of a message in the middle of what the consumer holds leaves the later ones
+    unacknowledged (redelivered); one of the last message held forgets them all."""
+    send_all(client, "t", [f"m{i}" for i in range(6)])
+    consumer = subscribe(client)
+    msgs = receive_n(consumer, 6)
+    consumer.acknowledge_cumulative(msgs[2])
+    consumer.redeliver_unacknowledged_messages()
+    again = receive_n(consumer, 3)
+    assert values(again) == ["m3", "m4", "m5"]
+    assert [m.redelivery_count() for m in again] == [1, 1, 1]
+    consumer.acknowledge_cumulative(again[-1])
+    consumer.redeliver_unacknowledged_messages()
+    assert drain(consumer) == []
+    consumer.close()
 
 
 # -- seek ----------------------------------------------------------------------------------------------------
