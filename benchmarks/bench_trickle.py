@@ -89,6 +89,12 @@ def consumer_worker(args: dict[str, Any]) -> None:
 
     from broker_core import Client, ConsumerType, InitialPosition
 
+    if not args.get("readahead", True):
+        # ``--no-readahead``: every segment decoded on the dispatch thread (a measurement knob, not an
+        # option of the library: the threshold is a private constant of every version measured)
+        import broker_core.topic.topic_log as topic_log
+
+        topic_log._READAHEAD_MIN_SEGMENTS = 1 << 62
     client = Client(args["root"])
     consumer = client.subscribe(TOPIC, SUBSCRIPTION, consumer_type=ConsumerType[args.get("type", "Shared")],
                                 initial_position=InitialPosition.Earliest)
@@ -199,7 +205,8 @@ def merged_copy(backlog: str, base: str | None) -> str:
     return root
 
 
-def drain(backlog: str, base: str | None, consumer_type: str, pythonpath: str) -> dict[str, float]:
+def drain(backlog: str, base: str | None, consumer_type: str, pythonpath: str, *,
+          readahead: bool = True) -> dict[str, float]:
     """Scenario b: one fresh consumer process drains (a copy of) the backlog, receive + acknowledge."""
     import numpy as np
 
@@ -210,7 +217,7 @@ def drain(backlog: str, base: str | None, consumer_type: str, pythonpath: str) -
         count *= MESSAGES_PER_SEGMENT
         out = os.path.join(root, "consumer.npy")
         consumer = spawn("consumer", {"root": root, "count": count, "out": out, "wait_go": True,
-                                      "type": consumer_type}, pythonpath)
+                                      "type": consumer_type, "readahead": readahead}, pythonpath)
         assert consumer.stdin is not None and consumer.stdout is not None
         consumer.stdin.write("go\n")
         consumer.stdin.flush()
@@ -245,6 +252,8 @@ def main() -> None:
     parser.add_argument("--drain-only", action="store_true", help="skip scenario a (keeping up)")
     parser.add_argument("--keep-up-only", action="store_true", help="skip scenario b (draining)")
     parser.add_argument("--types", default="Shared,Exclusive", help="consumer types that drain (comma-separated)")
+    parser.add_argument("--no-readahead", action="store_true",
+                        help="drain without the readahead thread (both checkouts): one thread decodes every segment")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.worker:
@@ -270,9 +279,9 @@ def main() -> None:
             backlogs.append(merged_copy(backlog, opts.root))
             for consumer_type in opts.types.split(","):
                 for label, path in variants:
-                    drained = drain(backlog, opts.root, consumer_type, path)
+                    drained = drain(backlog, opts.root, consumer_type, path, readahead=not opts.no_readahead)
                     results[label].update({f"{key}_{consumer_type}": v for key, v in drained.items()})
-                merged = drain(backlogs[1], opts.root, consumer_type, str(_REPO))
+                merged = drain(backlogs[1], opts.root, consumer_type, str(_REPO), readahead=not opts.no_readahead)
                 results[variants[0][0]].update({f"merged_{key}_{consumer_type}": v for key, v in merged.items()})
     finally:
         if base_dir is not None:
@@ -306,7 +315,8 @@ def print_report(results: dict[str, dict[str, float]], opts: argparse.Namespace,
             ("  baseline: backlog merged, per CPU-s", f"merged_drain_cpu_rate_{consumer_type}", "{:,.0f}", None),
         ]
     print(f"trickle: {PRODUCERS} producers x {opts.segments_per_s:.0f} segments/s of {MESSAGES_PER_SEGMENT} x "
-          f"{VALUE_BYTES} B for {opts.seconds:.0f} s; drain: {opts.backlog:,} segments; {os.cpu_count()} CPUs, "
+          f"{VALUE_BYTES} B for {opts.seconds:.0f} s; drain: {opts.backlog:,} segments"
+          f"{' without readahead' if opts.no_readahead else ''}; {os.cpu_count()} CPUs, "
           f"load average {load[0]:.1f} before and {load[1]:.1f} after")
     header = f"{'measurement':<38}" + "".join(f"{label:>22}" for label in labels)
     if len(labels) == 2:

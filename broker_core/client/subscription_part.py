@@ -22,7 +22,7 @@ from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
 from broker_core.subscription.dispatch import Window, cursor_selector, key_shared_candidates, shared_candidates
 from broker_core.subscription.failover import FailoverConsumer, active_consumer
 from broker_core.subscription.ranges import RangeSet
-from broker_core.topic.topic_log import READ_ON, TopicLog
+from broker_core.topic.topic_log import TopicLog
 
 _SCAN_ROWS = 50_000  # rows examined per dispatch round, bounds the work behind a stuck message
 _FIRST_SCAN_ROWS = 2_048  # a claim reads at most this much first and widens (x4) only while it finds too little
@@ -69,6 +69,12 @@ class MemoryCursorStore:
 
     def remove_waiter(self, event: threading.Event) -> None:
         return None
+
+
+# A consumer decodes what it reads on its own dispatch thread, with no readahead thread (D77 gave it
+# one): with a tiny segment's decode down to ~100 us, the GIL hand-offs of two decoding threads cost
+# more than their overlap saved (D102, ``benchmarks/bench_trickle.py --no-readahead``).
+_READ_AHEAD_TO: int | None = None
 
 
 class SubscriptionPart:
@@ -174,8 +180,8 @@ class SubscriptionPart:
         return chosen == self.consumer_name
 
     def window(self, start: int, end: int) -> tuple[Window, pa.Table, np.ndarray]:
-        # claims are by offset: rows after damage wait; a backlog is read on, so read ahead
-        table, offsets, _ = self.log.read_until(start, end, read_ahead_to=READ_ON)
+        # claims are by offset: rows after damage wait
+        table, offsets, _ = self.log.read_until(start, end, read_ahead_to=_READ_AHEAD_TO)
         deliver = table.column("deliver_at").cast(pa.int64())
         deliver_ms = np.where(deliver.is_null().to_numpy(zero_copy_only=False), -1,
                               deliver.fill_null(0).to_numpy(zero_copy_only=False) // 1000)
@@ -345,7 +351,7 @@ class SubscriptionPart:
                 table = None
         if table is None:
             table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1,
-                                               read_ahead_to=READ_ON)
+                                               read_ahead_to=_READ_AHEAD_TO)
             index = np.searchsorted(all_offsets, wanted)
         rows = _rows_at(table, index)
         chosen = all_offsets[index]
@@ -384,8 +390,11 @@ class SubscriptionPart:
 def _rows_at(table: pa.Table, index: np.ndarray) -> pa.Table:
     """``table.take(index)``, but a slice (no copy) when ``index`` is one ascending run, as a claim of
     a backlog is: ``take`` over the thousands of chunks of a window of tiny segments cost ~14 us per
-    chunk, a slice costs nothing per row."""
+    chunk, a slice costs nothing per row.  All the rows are the table itself: slicing walks every
+    column's chunks (~8 us per tiny segment of a window), and an in-order read wants every row."""
     if len(index) and int(index[-1]) - int(index[0]) == len(index) - 1 and (np.diff(index) == 1).all():
+        if index[0] == 0 and len(index) == table.num_rows:
+            return table
         return table.slice(int(index[0]), len(index))
     return table.take(pa.array(index))
 

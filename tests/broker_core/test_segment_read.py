@@ -120,3 +120,10 @@ def test_rows_at_is_take_whether_or_not_the_rows_are_one_run(index: list[int]) -
     table = pa.concat_tables(pieces)  # three chunks, as a window of three tiny segments
     wanted = np.asarray(index, dtype=np.int64)
     assert _rows_at(table, wanted).column("x").to_pylist() == table.take(pa.array(wanted)).column("x").to_pylist()
+
+
+def test_rows_at_every_row_in_order_is_the_table_itself() -> None:
+    """An in-order read wants every row it read: no slice (a walk of every column's chunks)."""
+    table = pa.concat_tables([pa.table({"x": [3 * i, 3 * i + 1, 3 * i + 2]}) for i in range(3)])
+    assert _rows_at(table, np.arange(9, dtype=np.int64)) is table
+    assert _rows_at(table, np.arange(1, 9, dtype=np.int64)).column("x").to_pylist() == list(range(1, 9))
