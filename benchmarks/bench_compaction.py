@@ -146,7 +146,7 @@ def stage_probes(spark: Any, root: str) -> list[tuple[str, float, str]]:
     """Where the Spark job's time goes: each stage of its plan alone, into Spark's ``noop`` sink
     (each includes the ones before it; the differences are the stages' own costs)."""
     from broker_core.jobs.compaction import plan_compaction
-    from spark_pubsub.compaction_frames import end_rows, kept_rows, topic_reads, winners_frame
+    from spark_pubsub.compaction_frames import end_rows, kept_rows, topic_reads, winners_frame, winners_on_driver
 
     log = Broker.for_url(root).topic_log(TopicName.parse(TOPIC))
     forget_views(root)
@@ -156,7 +156,8 @@ def stage_probes(spark: Any, root: str) -> list[tuple[str, float, str]]:
     reads = topic_reads(plans)
     stages = (("scan (key, offset, chunk columns)", lambda: end_rows(spark, base, plans, reads)),
               ("scan + aggregate (max offset per key)", lambda: winners_frame(spark, base, plans, reads)),
-              ("winners to the driver, then their files read: the kept rows", lambda: kept_rows(spark, base, plans)[0]))
+              ("winners to the driver, then their files read: the kept rows (Spark's payload pass)",
+               lambda: kept_rows(spark, base, plans, reads, winners_on_driver(spark, base, plans, reads))))
     from spark_pubsub.compaction_job import shuffle_partitions_for
 
     # the job's own shuffle partitions (it sets them for its duration only)
