@@ -18,9 +18,10 @@ d. the Spark job (``compact_with_spark`` on ``local[N]``) on the same topic, ses
    pays the JVM's compilation of its hot code); each pair's ratio and their median are printed.  The
    first counted run's wall time is accounted for
    in full: the job's phases (planning; winners: the narrow scan, the reduction and the winners
-   to the driver; payload plan; views: the payload scan, the semi-join and the view files written
-   by tasks; commit), each Spark stage inside them (tasks, wall and executor CPU seconds, from
-   Spark's status store), and the driver's own time between stages.  With ``--probes``: the
+   to the driver; payload plan; views: the kept rows read from the files holding a winner, by the
+   driver when they are few (D107) or by a Spark scan and semi-join, and the view file written;
+   commit), each Spark stage inside them (tasks, wall and executor CPU seconds, from Spark's status
+   store), and the driver's own time between stages.  With ``--probes``: the
    stages alone into Spark's ``noop`` sink, and the one-scan shape (``carry_payload=True``);
 e. readers of the result: a ``readCompacted`` ``read_batch`` of the whole view, and a ``TableView``
    loading it;
