@@ -18,9 +18,10 @@ d. the Spark job (``compact_with_spark`` on ``local[N]``) on the same topic, ses
    pays the JVM's compilation of its hot code); each pair's ratio and their median are printed.  The
    first counted run's wall time is accounted for
    in full: the job's phases (planning; winners: the narrow scan, the reduction and the winners
-   to the driver; payload plan; views: the payload scan, the semi-join and the view files written
-   by tasks; commit), each Spark stage inside them (tasks, wall and executor CPU seconds, from
-   Spark's status store), and the driver's own time between stages.  With ``--probes``: the
+   to the driver; payload plan; views: the kept rows read from the files holding a winner, by the
+   driver when they are few (D107) or by a Spark scan and semi-join, and the view file written;
+   commit), each Spark stage inside them (tasks, wall and executor CPU seconds, from Spark's status
+   store), and the driver's own time between stages.  With ``--probes``: the
    stages alone into Spark's ``noop`` sink, and the one-scan shape (``carry_payload=True``);
 e. readers of the result: a ``readCompacted`` ``read_batch`` of the whole view, and a ``TableView``
    loading it;
@@ -146,7 +147,7 @@ def stage_probes(spark: Any, root: str) -> list[tuple[str, float, str]]:
     """Where the Spark job's time goes: each stage of its plan alone, into Spark's ``noop`` sink
     (each includes the ones before it; the differences are the stages' own costs)."""
     from broker_core.jobs.compaction import plan_compaction
-    from spark_pubsub.compaction_frames import end_rows, kept_rows, topic_reads, winners_frame
+    from spark_pubsub.compaction_frames import end_rows, kept_rows, topic_reads, winners_frame, winners_on_driver
 
     log = Broker.for_url(root).topic_log(TopicName.parse(TOPIC))
     forget_views(root)
@@ -156,7 +157,8 @@ def stage_probes(spark: Any, root: str) -> list[tuple[str, float, str]]:
     reads = topic_reads(plans)
     stages = (("scan (key, offset, chunk columns)", lambda: end_rows(spark, base, plans, reads)),
               ("scan + aggregate (max offset per key)", lambda: winners_frame(spark, base, plans, reads)),
-              ("winners to the driver, then their files read: the kept rows", lambda: kept_rows(spark, base, plans)[0]))
+              ("winners to the driver, then their files read: the kept rows (Spark's payload pass)",
+               lambda: kept_rows(spark, base, plans, reads, winners_on_driver(spark, base, plans, reads))))
     from spark_pubsub.compaction_job import shuffle_partitions_for
 
     # the job's own shuffle partitions (it sets them for its duration only)

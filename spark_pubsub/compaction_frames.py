@@ -27,11 +27,11 @@ Only the DataFrame API is used (classic and Spark Connect sessions alike).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from broker_core.jobs.compaction import CompactionPlan
@@ -173,28 +173,27 @@ def needed_segments(read: TopicRead, ends: np.ndarray, spans: np.ndarray) -> Top
     return replace(read, segments=segments, rows=sum(r.row_hi - r.row_lo for r in segments))
 
 
-def kept_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]], *,
-              retain_null_key: bool = False, carry_payload: bool = False,
-              phase: Callable[[str], None] | None = None) -> tuple[DataFrame | None, int | None]:
+def winners_on_driver(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]],
+                      reads: list[TopicRead]) -> pa.Table:
+    """``winners_frame`` brought to the driver as Arrow (two longs and a small int per key): the job's
+    one Spark action before the payloads are read."""
+    return winners_frame(spark, base, plans, reads).toArrow()
+
+
+def kept_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, CompactionPlan]],
+              reads: list[TopicRead], winners: pa.Table | None, *,
+              retain_null_key: bool = False) -> DataFrame | None:
     """``topic_path`` plus ``VIEW_SCHEMA`` columns (times as µs) of every row the new views keep
-    (None when no row survives anywhere: every view is empty), and the number of winners over all
-    topics: the most rows the frame can hold unless ``retain_null_key`` adds the keyless rows (None
-    with ``carry_payload``, which knows no count before it runs).  Kept segment rows carry
+    (None when no row survives anywhere: every view is empty).  Kept segment rows carry
     ``entry_id = UNKNOWN_ID`` for the view writer to look up.
 
-    The two-pass shape runs one Spark action here: the winners come to the driver (two longs per
-    key), which picks the segment files the payload pass must open and broadcasts the winners.
-    ``phase`` is told ``winners`` when they are on the driver and ``payload plan`` when the
-    returned frame is built (the job's timings)."""
+    ``winners`` (``winners_on_driver``) picks the segment files the payload pass must open and is
+    broadcast to it; None selects the one-scan shape (``carry_payload``), which reduces here."""
     F = functions_for(spark)
-    reads = topic_reads(plans)
-    winners = None if carry_payload else winners_frame(spark, base, plans, reads).toArrow()
-    if phase is not None:
-        phase("winners")
     out = []
     for index, ((_, plan), read) in enumerate(zip(plans, reads, strict=True)):
         view = None if plan.previous is None else _view_rows(spark, base, plan, _PAYLOAD + _IDS)
-        segments = None if not read.segments or not (carry_payload or retain_null_key) else (
+        segments = None if not read.segments or not (winners is None or retain_null_key) else (
             _unknown_ids(F, _segment_rows(spark, base, read, _PAYLOAD)))
         if winners is None:
             out.append(_carrying_payload(F, segments, view))
@@ -208,10 +207,7 @@ def kept_rows(spark: SparkSession, base: str, plans: list[tuple[TopicLog, Compac
                 out.append(_keep(F, view, ends))
         if retain_null_key:
             out += [frame.where(F.col("key").isNull()) for frame in (segments, view) if frame is not None]
-    frame = _union([_as_view(F, f) for f in out])
-    if phase is not None:
-        phase("payload plan")
-    return frame, None if winners is None else winners.num_rows
+    return _union([_as_view(F, f) for f in out])
 
 
 def _carrying_payload(F: Any, segments: DataFrame | None, view: DataFrame | None) -> DataFrame:
@@ -228,4 +224,5 @@ def _carrying_payload(F: Any, segments: DataFrame | None, view: DataFrame | None
     return best.unionByName(chunks).where(F.col("value").isNotNull())
 
 
-__all__ = ["TIME_COLUMNS", "UNKNOWN_ID", "end_rows", "kept_rows", "needed_segments", "topic_reads", "winners_frame"]
+__all__ = ["TIME_COLUMNS", "UNKNOWN_ID", "end_rows", "kept_rows", "needed_segments", "topic_reads", "winners_frame",
+           "winners_on_driver"]

@@ -6,17 +6,22 @@ previous view and the log offsets up to the horizon, from one snapshot).  Spark 
 1. reduces a narrow projection of the planned rows (key, offset, chunk columns; offsets from the
    files' base offsets and Spark's ``_metadata.row_index``) to each key's newest message end with
    ``max(offset)`` grouped by (topic, key), and brings those winners to the driver;
-2. reads every column of only the segment files that hold a winner (usually the last few), and
-   keeps the winners' rows with a broadcast left-semi join on the message end (every chunk of a
-   chunked winner; tombstones dropped), as ``latest_per_key`` does (``compaction_frames``);
+2. keeps the winners' rows (every chunk of a chunked winner; tombstones dropped), as
+   ``latest_per_key`` does, from only the segment files that hold a winner (usually the last few).
+   When those files are small (``DRIVER_READ_ROWS``) and the winners few (``DRIVER_WRITE_ROWS``),
+   the driver reads them itself through ``FileIO``, one file at a time, cut at once to the winners'
+   rows: the kept rows end up on the driver either way, and a second Spark scan, broadcast and
+   semi-join cost more than the read (D107).  Otherwise Spark reads every column of those files
+   and keeps the winners' rows with a broadcast left-semi join on the message end
+   (``compaction_frames``);
 3. writes each topic's view file: its rows sorted by offset, their message ids looked up from the
    segments' layouts, written through the project's ``FileIO`` under a fresh
    ``_compacted/<32 hex>.parquet`` name, once, fsynced, never visible until named.  With up to
-   ``DRIVER_WRITE_ROWS`` winners (the view is at most that many rows) the survivors come to the
-   driver (``toArrow``), which writes the files: a view is one file per topic, so the tasks' way
-   shuffles each topic to one task and waits on its Python worker.  Above it (or with the keyless
-   rows retained, whose number is unknown) the survivors are hash-partitioned by topic and each
-   task writes its topics' files (``mapInArrow``).
+   ``DRIVER_WRITE_ROWS`` winners (the view is at most that many rows) the driver writes the files
+   (after a Spark payload pass, its survivors come over with ``toArrow``): a view is one file per
+   topic, so the tasks' way shuffles each topic to one task and waits on its Python worker.  Above
+   it (or with the keyless rows retained, whose number is unknown) the survivors are
+   hash-partitioned by topic and each task writes its topics' files (``mapInArrow``).
 
 Only then does the driver commit each topic's pointer (``commit_view_file``, put-if-absent), so a
 job killed at any instant leaves the old view or the new one, and files of killed runs are orphans
@@ -43,11 +48,14 @@ from broker_core.jobs.compaction import (
     CompactionPlan,
     CompactionResult,
     CompactionSummary,
+    CompactionTask,
     commit_view_file,
     compaction_result,
     compaction_tasks,
     finish_compaction,
+    message_ends,
     plan_compaction,
+    read_compaction_task,
     up_to_date,
 )
 from broker_core.log.segment import TIMESTAMP
@@ -57,13 +65,21 @@ from broker_core.topic.compacted_view import VIEW_SCHEMA, encode_view, new_view_
 from broker_core.topic.offset_ids import segment_id_arrays
 from broker_core.topic.topic_log import TopicLog
 from spark_pubsub.compaction_fallback import compact_planned_in_tasks, default_parallelism
-from spark_pubsub.compaction_frames import TIME_COLUMNS, UNKNOWN_ID, kept_rows, topic_reads
+from spark_pubsub.compaction_frames import (
+    TIME_COLUMNS,
+    UNKNOWN_ID,
+    kept_rows,
+    needed_segments,
+    topic_reads,
+    winners_on_driver,
+)
 from spark_pubsub.native_scan import root_uri, spark_can_open, spark_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from broker_core.storage.protocol import FileIO
+    from spark_pubsub.native_plan import TopicRead
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +101,14 @@ def shuffle_partitions_for(spark: SparkSession, rows: int) -> int:
 DRIVER_WRITE_ROWS = 1_000_000
 """At most this many winners over the job's topics: the kept rows come to the driver, which writes
 the view files (no shuffle to one task per topic, no Python worker); above it, tasks write them."""
+
+DRIVER_READ_ROWS = 4_000_000
+"""At most this many rows in the files holding a winner (over the job's topics; previous views
+included), and at most ``DRIVER_WRITE_ROWS`` winners: the driver reads the kept rows' payloads from
+those files itself, one file at a time, instead of a second Spark scan and semi-join whose result
+it would receive anyway (measured: ~1.5M rows of 5-6 files in 0.7-1.2 s on a loaded 2-core machine, so
+the bound is a few seconds of one driver core); above it the payload pass stays on the executors, in
+parallel."""
 
 _JOB_CONF = {
     # With ~100,000 keys per task Spark's first-level "fast" aggregation map (65,536 entries) fills
@@ -192,7 +216,8 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
                        spark_root: str | None = None, timings: dict[str, float] | None = None,
                        progress: Callable[[str], None] | None = None,
                        storage_options: Mapping[str, str] | None = None, shuffle_partitions: int | None = None,
-                       carry_payload: bool = False, driver_write_rows: int | None = None) -> CompactionSummary:
+                       carry_payload: bool = False, driver_write_rows: int | None = None,
+                       driver_read_rows: int | None = None) -> CompactionSummary:
     """``broker_core.jobs.compaction.compact_topic`` on Spark (see the module docstring).
 
     ``timings``, when given, receives seconds per phase: ``planning`` (the log, Spark's look at the
@@ -206,7 +231,10 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
     (``compaction_frames``), kept for measuring: the default two-pass shape is faster.
     ``driver_write_rows`` (default ``DRIVER_WRITE_ROWS``): up to this many winners the driver writes
     the view files, above it the tasks do (``retain_null_key`` and ``carry_payload`` always use tasks:
-    their row count is not known before the write).
+    their row count is not known before the write).  ``driver_read_rows`` (default
+    ``DRIVER_READ_ROWS``): when the driver writes and the files holding a winner have up to this
+    many rows, the driver also reads the kept rows from them (no Spark payload pass; ``payload
+    plan`` is then ~0 and ``views`` is the driver's read and write).
     """
     started = time.monotonic()
     clock = {"t": started}
@@ -249,35 +277,84 @@ def compact_with_spark(spark: SparkSession, root: str, topic: str, *, up_to_offs
                                parallelism=parallelism, dry_run=dry_run, started_s=started, phase=phase,
                                timings=timings, storage_options=storage_options, carry_payload=carry_payload,
                                driver_write_rows=DRIVER_WRITE_ROWS if driver_write_rows is None
-                               else driver_write_rows)
+                               else driver_write_rows,
+                               driver_read_rows=DRIVER_READ_ROWS if driver_read_rows is None
+                               else driver_read_rows)
     return CompactionSummary(topic=str(name), results=tuple(sorted(results, key=lambda r: r.topic)))
+
+
+def _kept_on_driver(io: FileIO, plan: CompactionPlan, read: TopicRead, winners: pa.Table) -> pa.Table:
+    """One topic's kept rows (``VIEW_SCHEMA``, segment rows with ``UNKNOWN_ID``), read by the driver
+    from the previous view and the segments holding a winner (``needed_segments``) one file at a
+    time, each cut at once to the rows of winning messages (every chunk; tombstones dropped), as
+    ``latest_per_key`` keeps them."""
+    ends, spans = winners.column("_end").to_numpy(), winners.column("_span").to_numpy()
+    wanted = pa.array(ends, pa.int64())
+    tasks = [t for t in compaction_tasks(plan) if t.kind == "view"] + [
+        CompactionTask(kind="segment", path=r.segment.path, base_offset=r.segment.base_offset, lo=r.row_lo,
+                       hi=r.row_hi) for r in needed_segments(read, ends, spans).segments]
+    pieces = [VIEW_SCHEMA.empty_table()]
+    for task in tasks:
+        rows = read_compaction_task(io, plan.topic_path, task)
+        rows = rows.filter(pc.is_valid(rows.column("key")))
+        rows = rows.filter(pc.is_in(message_ends(rows), value_set=wanted))
+        pieces.append(rows.filter(pc.is_valid(rows.column("value"))))
+    return pa.concat_tables(pieces)
+
+
+def _payload_rows_on_driver(plans: list[tuple[TopicLog, CompactionPlan]], reads: list[TopicRead],
+                            winners: pa.Table) -> int:
+    """Rows of the files the driver would read for the kept rows' payloads: the segment files holding
+    a winner, and the previous views."""
+    total = 0
+    for index, ((_, plan), read) in enumerate(zip(plans, reads, strict=True)):
+        mine = winners.filter(pc.equal(winners.column("_topic"), index))
+        total += needed_segments(read, mine.column("_end").to_numpy(), mine.column("_span").to_numpy()).rows
+        total += plan.previous.rows if plan.previous is not None else 0
+    return total
 
 
 def _native(spark: SparkSession, broker: Broker, root: str, base: str, plans: list[tuple[TopicLog, CompactionPlan]],
             read: dict[str, int], *, retain_null_key: bool, parallelism: int | None, dry_run: bool,
             started_s: float, phase: Callable[[str], None], timings: dict[str, float] | None,
             storage_options: Mapping[str, str] | None, carry_payload: bool,
-            driver_write_rows: int) -> list[CompactionResult]:
+            driver_write_rows: int, driver_read_rows: int) -> list[CompactionResult]:
     """The native job's Spark part and commits (see the module docstring)."""
-    kept, winners = kept_rows(spark, base, plans, retain_null_key=retain_null_key, carry_payload=carry_payload,
-                              phase=phase)
-    refs = {r.topic_path: tuple(s.segment for s in r.segments) for r in topic_reads(plans)}
+    reads = topic_reads(plans)
+    winners = None if carry_payload else winners_on_driver(spark, base, plans, reads)
+    phase("winners")
+    refs = {r.topic_path: tuple(s.segment for s in r.segments) for r in reads}
     slices = max(1, min(len(plans), parallelism or default_parallelism(spark)))
     by_topic = {p.topic_path: (lg, p) for lg, p in plans}
+    on_driver = (winners is not None and not retain_null_key and winners.num_rows <= driver_write_rows
+                 and _payload_rows_on_driver(plans, reads, winners) <= driver_read_rows)
+    written: list[Any] = []
+    counts: dict[str, int] = {}
+    if on_driver:
+        assert winners is not None
+        phase("payload plan")
+        for index, ((_, plan), topic_read) in enumerate(zip(plans, reads, strict=True)):
+            mine = winners.filter(pc.equal(winners.column("_topic"), index))
+            rows = _kept_on_driver(broker.io, plan, topic_read, mine)
+            counts[plan.topic_path] = rows.num_rows
+            if rows.num_rows and not dry_run:
+                written.append(write_view(broker.io, plan.topic_path, rows, refs[plan.topic_path]))
+    else:
+        kept = kept_rows(spark, base, plans, reads, winners, retain_null_key=retain_null_key)
+        phase("payload plan")
+        if dry_run:
+            counts = {} if kept is None else {
+                r["topic_path"]: r["count"] for r in kept.groupBy("topic_path").count().collect()}
+        elif kept is not None and not retain_null_key and winners is not None \
+                and winners.num_rows <= driver_write_rows:
+            written = _written_on_driver(broker.io, kept, refs)
+        elif kept is not None:
+            written = (kept.repartition(slices, "topic_path").sortWithinPartitions("topic_path", "offset")
+                       .mapInArrow(_view_writer(root, refs, storage_options), _WRITTEN_SCHEMA).collect())
+    phase("views")
     if dry_run:
-        counts = {} if kept is None else {
-            r["topic_path"]: r["count"] for r in kept.groupBy("topic_path").count().collect()}
-        phase("views")
         return [compaction_result(p, "dry-run", rows=counts.get(path, 0), messages_read=read[path],
                                   started_s=started_s) for path, (_, p) in by_topic.items()]
-    if kept is None:
-        written: list[Any] = []
-    elif not retain_null_key and winners is not None and winners <= driver_write_rows:
-        written = _written_on_driver(broker.io, kept, refs)
-    else:
-        written = (kept.repartition(slices, "topic_path").sortWithinPartitions("topic_path", "offset")
-                   .mapInArrow(_view_writer(root, refs, storage_options), _WRITTEN_SCHEMA).collect())
-    phase("views")
     if timings is not None:
         timings["write"] = sum(r["write_s"] for r in written)
     phase("written")
@@ -295,5 +372,5 @@ def _native(spark: SparkSession, broker: Broker, root: str, base: str, plans: li
     return results
 
 
-__all__ = ["DRIVER_WRITE_ROWS", "ROWS_PER_SHUFFLE_PARTITION", "compact_with_spark", "default_parallelism",
-           "shuffle_partitions_for", "write_view"]
+__all__ = ["DRIVER_READ_ROWS", "DRIVER_WRITE_ROWS", "ROWS_PER_SHUFFLE_PARTITION", "compact_with_spark",
+           "default_parallelism", "shuffle_partitions_for", "write_view"]

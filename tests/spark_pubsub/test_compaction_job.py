@@ -24,6 +24,7 @@ from broker_core.errors import InvalidConfiguration
 from broker_core.jobs.compaction import compact_topic
 from broker_core.naming import TopicName
 from broker_core.topic.compacted_view import COMPACTED_DIR, decode_view, view_store
+from spark_pubsub import compaction_job
 from spark_pubsub.compaction_job import ROWS_PER_SHUFFLE_PARTITION, default_parallelism, shuffle_partitions_for
 from spark_pubsub.jobs import compact_with_spark, main
 from spark_pubsub.offsets import PartitionPlanner
@@ -72,7 +73,7 @@ def mixed(prefix: str, n: int) -> list[Sent]:
 
 @pytest.mark.parametrize(("retain_null_key", "carry_payload"), [(False, False), (True, False), (True, True)])
 def test_the_spark_job_equals_the_local_run_also_incrementally(
-    spark: Any, tmp_path: Path, retain_null_key: bool, carry_payload: bool
+    spark: Any, tmp_path: Path, retain_null_key: bool, carry_payload: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     local, remote = make_root(tmp_path / "local"), str(tmp_path / "spark")
     Broker.for_url(local).admin.create_partitioned_topic("t", 2)
@@ -84,14 +85,19 @@ def test_the_spark_job_equals_the_local_run_also_incrementally(
         max_message_size=1000,
     )  # chunked messages: the newest "big" survives with all its chunks
     sync_log(local, remote)
-    for run in range(2):  # a first run, then an incremental one over new messages
+    for run in range(3):  # a first run, then incremental ones over new messages
         compact_topic(Broker.for_url(local), "t", retain_null_key=retain_null_key)
         settings = ("spark.sql.shuffle.partitions", "spark.sql.codegen.aggregate.map.twolevel.enabled")
         before = [spark.conf.get(key) for key in settings]
-        # the view files written by tasks on the first run, by the driver on the incremental one
-        # (retain_null_key and carry_payload always write them in tasks)
+        # the view files written by tasks on the first run; on the second the payloads read by Spark
+        # and the files written by the driver; on the third both by the driver (retain_null_key and
+        # carry_payload always read the payloads with Spark and write in tasks)
+        if run == 2 and not (retain_null_key or carry_payload):  # no Spark payload pass may run
+            monkeypatch.setattr(compaction_job, "kept_rows", None)
         summary = compact_with_spark(spark, remote, "t", retain_null_key=retain_null_key,
-                                     carry_payload=carry_payload, driver_write_rows=0 if run == 0 else None)
+                                     carry_payload=carry_payload, driver_write_rows=0 if run == 0 else None,
+                                     driver_read_rows=0 if run == 1 else None)
+        monkeypatch.undo()
         assert [spark.conf.get(key) for key in settings] == before  # the job's own values are undone
         assert {r.status for r in summary.results} == {"compacted"}
         expected, got = views(local, "t"), views(remote, "t")
