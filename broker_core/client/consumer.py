@@ -20,9 +20,10 @@ import logging
 import time
 from collections import deque
 from itertools import repeat, starmap
-from operator import attrgetter, itemgetter
+from operator import attrgetter, lshift, or_
 
 from broker_core.client.args import check_seek_target, check_type, check_type_or_none
+from broker_core.client.consumer_acks import OFFSET_BITS, unacked_key
 from broker_core.client.consumer_dispatch import ConsumerDispatch
 from broker_core.errors import (
     ConsumerBusy,
@@ -39,7 +40,6 @@ from broker_core.subscription.cursor import Cursor
 _LOG = logging.getLogger(__name__)
 _SOURCE = attrgetter("_source")
 _OFFSET = attrgetter("_offset")
-_KEY_OFFSET = itemgetter(1)  # of an ``_unacked`` key (part, offset)
 
 
 class Consumer(ConsumerDispatch):
@@ -52,7 +52,7 @@ class Consumer(ConsumerDispatch):
     def _take(self) -> Message:
         queue = self._queue
         msg = queue.popleft()
-        key = (msg._source, msg._offset)
+        key = msg._source << OFFSET_BITS | msg._offset  # (``unacked_key`` inline)
         self._unacked[key] = msg
         if self._ack_timeout_s is not None:
             self._deadlines[key] = time.monotonic() + self._ack_timeout_s
@@ -78,7 +78,7 @@ class Consumer(ConsumerDispatch):
             queue.clear()
         else:
             msgs = list(starmap(queue.popleft, repeat((), count)))
-        keys = list(zip(map(_SOURCE, msgs), map(_OFFSET, msgs), strict=True))
+        keys = list(map(or_, map(lshift, map(_SOURCE, msgs), repeat(OFFSET_BITS)), map(_OFFSET, msgs)))  # unacked_key
         self._unacked.update(zip(keys, msgs, strict=True))
         if self._ack_timeout_s is not None:
             self._deadlines.update(zip(keys, repeat(time.monotonic() + self._ack_timeout_s, len(keys)), strict=True))
@@ -92,7 +92,7 @@ class Consumer(ConsumerDispatch):
                 queue = self._queue  # so ``_take`` and ``_ask_refill`` are inline: two calls less per message)
                 if queue and not self._closed:
                     msg = queue.popleft()
-                    key = (msg._source, msg._offset)
+                    key = msg._source << OFFSET_BITS | msg._offset  # (``unacked_key`` inline)
                     self._unacked[key] = msg
                     if self._ack_timeout_s is not None:
                         self._deadlines[key] = time.monotonic() + self._ack_timeout_s
@@ -156,9 +156,9 @@ class Consumer(ConsumerDispatch):
                 "partitions; acknowledge the Message, its message_id(), or "
                 "MessageId.deserialize(data, topic=...)", topic=self._topic_label,
             )
-        for (source, _), msg in list(self._unacked.items()):
+        for key, msg in list(self._unacked.items()):
             if msg.message_id() == message and (topic is None or msg._topic == topic):
-                return source, msg._chunk_offsets or [msg._offset]
+                return key >> OFFSET_BITS, msg._chunk_offsets or [msg._offset]
         for index, part in enumerate(self._parts):
             if topic is not None and part.display_topic != topic and len(self._parts) > 1:
                 continue
@@ -175,9 +175,10 @@ class Consumer(ConsumerDispatch):
         if type(message) is Message and message._chunk_offsets is None:  # the common case, kept cheap
             source, offset = message._source, message._offset
             with self._lock:
-                self._unacked.pop((source, offset), None)
+                key = source << OFFSET_BITS | offset  # (``unacked_key`` inline)
+                self._unacked.pop(key, None)
                 if self._ack_timeout_s is not None:
-                    self._deadlines.pop((source, offset), None)
+                    self._deadlines.pop(key, None)
                 pending = self._pending_acks.get(source)
                 if pending is None:
                     self._pending_acks[source] = [offset]
@@ -188,7 +189,7 @@ class Consumer(ConsumerDispatch):
         source, offsets = self._locate(message)
         with self._lock:
             for off in offsets:
-                self._unacked.pop((source, off), None)
+                self._unacked.pop(unacked_key(source, off), None)
             self._pending_acks.setdefault(source, []).extend(offsets)
         self._acks_due.set()
 
@@ -200,11 +201,12 @@ class Consumer(ConsumerDispatch):
         last = max(offsets)
         with self._cv:
             unacked = self._unacked
-            if len(self._parts) == 1 and max(map(_KEY_OFFSET, unacked), default=-1) <= last:
+            low, high = unacked_key(source, 0), unacked_key(source, last)  # the part's keys are one range
+            if len(self._parts) == 1 and max(unacked, default=-1) <= high:
                 unacked.clear()  # all it holds is covered (a batch acknowledged by its last message): one C-level
                 # pass over the keys instead of a Python test and a delete per message
             else:
-                for key in [k for k in unacked if k[0] == source and k[1] <= last]:
+                for key in [k for k in unacked if low <= k <= high]:
                     del unacked[key]
             self._pending_cumulative[source] = max(self._pending_cumulative.get(source, -1), last)
         self._acks_due.set()
@@ -214,7 +216,8 @@ class Consumer(ConsumerDispatch):
         self._check_open()
         source, offsets = self._locate(message)
         with self._cv:
-            held = self._unacked.pop((source, max(offsets)), None) or self._unacked.pop((source, offsets[0]), None)
+            held = self._unacked.pop(unacked_key(source, max(offsets)), None) or \
+                self._unacked.pop(unacked_key(source, offsets[0]), None)
             msg = held if held is not None else message if isinstance(message, Message) else None
             if msg is None:
                 return
@@ -280,7 +283,7 @@ class Consumer(ConsumerDispatch):
                 part.chunks.clear()
             with self._cv:
                 self._queue = deque(m for m in self._queue if m._source not in chosen)
-                self._unacked = {k: v for k, v in self._unacked.items() if k[0] not in chosen}
+                self._unacked = {k: v for k, v in self._unacked.items() if k >> OFFSET_BITS not in chosen}
                 self._nacks = [(t, m) for t, m in self._nacks if m._source not in chosen]
                 for index in targets:
                     self._redeliveries.pop(index, None)

@@ -40,6 +40,15 @@ CURSOR_POLL_MIN_S = 5.0
 release, nack, seek or membership, which a claim (that re-reads it) or the next read picks up."""
 
 
+OFFSET_BITS = 64  # offsets are int64 and never negative in a received message's key
+
+
+def unacked_key(source: int, offset: int) -> int:
+    """The key of a received message in ``_unacked``: its part above its offset, one int (for part 0,
+    the offset itself), so that a part's keys are one contiguous range ``[part << 64, part + 1 << 64)``."""
+    return source << OFFSET_BITS | offset
+
+
 class ConsumerAcks(ConsumerBase):
     """A consumer's state and its acknowledgment thread; the dispatcher and the public API build on it."""
 
@@ -111,10 +120,11 @@ class ConsumerAcks(ConsumerBase):
         self._lock = threading.RLock()  # hot paths enter the lock directly: Condition's __enter__ is Python
         self._cv = threading.Condition(self._lock)
         self._queue: deque[Message] = deque()
-        # received and not acknowledged, by (part, offset); with an ack timeout, when each is due again
-        # (a message alone, no tuple per message: a big receiver queue's worth stays tracked by the GC)
-        self._unacked: dict[tuple[int, int], Message] = {}
-        self._deadlines: dict[tuple[int, int], float] = {}
+        # received and not acknowledged, by ``unacked_key(part, offset)``; with an ack timeout, when each is
+        # due again (a message alone, and a plain int key: no tuple per message, which the collector
+        # would count and track while a big receiver queue's worth waits)
+        self._unacked: dict[int, Message] = {}
+        self._deadlines: dict[int, float] = {}
         self._pending_acks: dict[int, list[int]] = {}
         self._pending_cumulative: dict[int, int] = {}
         self._flushing: tuple[dict[int, list[int]], dict[int, int]] = ({}, {})  # being committed now
@@ -236,4 +246,4 @@ class ConsumerAcks(ConsumerBase):
             self._seen.pop(source, None)
 
 
-__all__ = ["ConsumerAcks"]
+__all__ = ["OFFSET_BITS", "ConsumerAcks", "unacked_key"]
