@@ -7,7 +7,7 @@ Python object per message only at the point the API needs one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import islice, repeat
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -99,9 +99,9 @@ class Message:
         # decoded with the whole segment read, once (a second call decodes afresh), unless the payload
         # was replaced since (decrypted, chunks joined)
         if batch is not None and batch.payloads[self._row] is self._data:
-            rows = batch.rows
-            if rows is not None:  # (``RowBatch.value`` inline: the path of every message of a decoded read)
-                return batch.of_row(rows[self._row])
+            record_at = batch.record_at
+            if record_at is not None:  # (``RowBatch.value`` inline: the path of every message of a decoded read)
+                return record_at(self._row)
             value = batch.value(self._row)
             if value is not _UNDECODED:
                 return value
@@ -189,7 +189,7 @@ class RowBatch:
     """
 
     __slots__ = ("_column", "_entries", "_indexes", "_schema", "_sent_rows", "_table", "_values", "_versions",
-                 "ledger_id", "of_row", "partition", "payloads", "rows", "topic")
+                 "ledger_id", "partition", "payloads", "record_at", "topic")
 
     def __init__(self, payloads: list[bytes | None], entries: list[int], indexes: list[int], *, ledger_id: int,
                  partition: int, topic: str, schema: Schema | None, table: pa.Table) -> None:
@@ -205,8 +205,7 @@ class RowBatch:
         self._values: dict[int, Any] | None = None if schema is not None else {}
         self._table = table  # the rows themselves: what ``sent`` converts when first asked
         self._sent_rows: list[_Sent] | None = None
-        self.rows: list[tuple[Any, ...]] | None = None  # decoded rows that each ``value()`` builds anew
-        self.of_row: Any = None  # the schema's ``row_builder()`` for them
+        self.record_at: Callable[[int], Any] | None = None  # a row's new value (``decode_values`` gave one)
 
     def message_id(self, row: int) -> MessageId:
         return MessageId._trusted(self.partition, self.ledger_id, self._entries[row], self._indexes[row], self.topic)
@@ -225,19 +224,18 @@ class RowBatch:
 
     def value(self, row: int) -> Any:
         """The decoded value of ``row`` (once), or ``_UNDECODED``."""
-        rows = self.rows
-        if rows is not None:  # immutable rows: the schema builds a new value from one at every call
-            return self.of_row(rows[row])
+        record_at = self.record_at
+        if record_at is not None:  # the schema builds a new value of the row at every call
+            return record_at(row)
         values = self._values
         if values is None:
             column, versions, self._column, self._versions = self._column, self._versions, None, None
             decoded = None
             if self._schema is not None and column is not None and versions is not None:
                 decoded = self._schema.decode_values(column.combine_chunks(), versions.combine_chunks(), self.topic)
-            if decoded and type(decoded[0]) is tuple:
-                assert self._schema is not None
-                self.of_row, self.rows = self._schema.row_builder(), decoded
-                return self.value(row)
+            if callable(decoded):
+                self.record_at = decoded
+                return decoded(row)
             # by row, so that taking one is a single ``pop`` (atomic: two threads never get the same datum)
             values = self._values = dict(enumerate(decoded)) if decoded is not None else {}
         datum = values.pop(row, _UNDECODED)

@@ -88,8 +88,8 @@ class AvroSchema(Schema):
         # record's own __dict__ as the datum, and a decoded datum becomes a record's __dict__
         plain = record_cls is not None and not _plan(record_cls, "to_avro") and not _plan(record_cls, "from_avro")
         self._plain_cls = record_cls if plain else None
-        # a decoded row (a tuple of the fields in schema order) -> a record of the plain class
-        self._record_of_row = _record_builder(record_cls, self._definition) if plain else None
+        # the decoded fields of a batch (one list each, in schema order) -> a function from a row to a new record
+        self._records_of_columns = _record_builder(record_cls, self._definition) if plain else None
         # whole batches of payloads decode in NumPy (``decode_values``) unless logical types are involved,
         # which fastavro turns into Python objects (datetimes, decimals) and the vectorised decoder does not
         self.batch_decodes = self.schema_type is SchemaType.AVRO and '"logicalType"' not in self._text
@@ -139,7 +139,8 @@ class AvroSchema(Schema):
     def decode(self, data: bytes) -> Any:
         return self._result(_read(io.BytesIO(data), self._parsed, None))
 
-    def decode_values(self, payloads: pa.Array, versions: pa.Array | None, topic: str) -> list[Any] | None:
+    def decode_values(self, payloads: pa.Array, versions: pa.Array | None,
+                      topic: str) -> list[Any] | Callable[[int], Any] | None:
         """The values of a whole column of payloads (one segment read) decoded at once, or None when
         this batch must be decoded message by message (the results would not be the same).
 
@@ -163,27 +164,22 @@ class AvroSchema(Schema):
             column = decode_unresolved(payloads, _definition_json(self._text))
         except Exception:  # Unsupported, or anything else: each message decodes alone, or reports its own
             return None  # error, exactly as without this shortcut
-        if self._record_of_row is not None and pa.types.is_struct(column.type):
-            # rows as tuples, each record's dict built by ``value()``: a tuple of plain values is one
-            # allocation that the garbage collector stops tracking at its first pass, where a batch of
-            # dicts waiting in the receiver queue would be promoted and scanned by every full collection
-            return list(zip(*(column.field(i).to_pylist() for i in range(column.type.num_fields)), strict=True))
+        if self._records_of_columns is not None and pa.types.is_struct(column.type):
+            # the fields as one list each, a record built by ``value()`` from its row of them: no object per
+            # row until asked for (a tuple per row was one more allocation for the collector to count, and
+            # records built ahead would wait in the receiver queue and be scanned by every full collection)
+            return self._records_of_columns(*(column.field(i).to_pylist() for i in range(column.type.num_fields)))
         return column.to_pylist()
 
     def value_of_datum(self, datum: Any) -> Any:
         """The value of one datum of ``decode_values`` (a record is built only when asked for: records
         built ahead for a whole batch would live long enough to be scanned by every GC generation)."""
-        if type(datum) is tuple and self._record_of_row is not None:
-            return self._record_of_row(datum)
         cls = self._plain_cls
         if cls is not None:
             record = cls.__new__(cls)
             _SET_DICT(record, "__dict__", datum)
             return record
         return self._record_cls._from_datum(datum, trusted=True) if self._record_cls is not None else datum
-
-    def row_builder(self) -> Callable[[Any], Any]:
-        return self._record_of_row if self._record_of_row is not None else self.value_of_datum
 
     def decode_with(self, data: bytes, writer: SchemaInfo | None) -> Any:
         """Decode a payload written with ``writer`` (None: this very schema), resolved to this schema."""
@@ -231,21 +227,26 @@ def writer_info(schema: Schema, topic: str, version: bytes) -> SchemaInfo | None
     return info
 
 
-def _record_builder(record_cls: type[Record] | None, definition: Any) -> Callable[[tuple[Any, ...]], Record] | None:
-    """A function from a decoded row (the fields in schema order) to a new record of ``record_cls``,
-    generated once per schema so that it builds the record's dict in one expression (``dict(zip())``
-    costs twice as much); field names enter the source only as string literals."""
+def _record_builder(record_cls: type[Record] | None,
+                    definition: Any) -> Callable[..., Callable[[int], Record]] | None:
+    """A function from a batch's decoded fields (one list each, in schema order) to a function from a
+    row's index to a new record of ``record_cls`` of that row; generated once per schema so that it
+    builds the record's dict in one expression (``dict(zip())`` costs twice as much); field names
+    enter the source only as string literals."""
     if record_cls is None or not isinstance(definition, dict) or not definition.get("fields"):
         return None
     names = [field["name"] for field in definition["fields"]]
     if not all(isinstance(name, str) for name in names):
         return None
-    items = ", ".join(f"{name!r}: row[{index}]" for index, name in enumerate(names))
-    source = f"def record_of_row(row):\n    record = new(cls)\n    set_dict(record, '__dict__', {{{items}}})\n" \
-             "    return record\n"
+    columns = ", ".join(f"field{index}" for index in range(len(names)))
+    items = ", ".join(f"{name!r}: field{index}[row]" for index, name in enumerate(names))
+    source = (f"def records_of_columns({columns}):\n"
+              "    def record_at(row):\n        record = new(cls)\n"
+              f"        set_dict(record, '__dict__', {{{items}}})\n        return record\n"
+              "    return record_at\n")
     scope: dict[str, Any] = {"new": record_cls.__new__, "cls": record_cls, "set_dict": _SET_DICT}
     exec(compile(source, f"<Avro record builder of {record_cls.__name__}>", "exec"), scope)
-    builder: Callable[[tuple[Any, ...]], Record] = scope["record_of_row"]
+    builder: Callable[..., Callable[[int], Record]] = scope["records_of_columns"]
     return builder
 
 

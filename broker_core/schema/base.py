@@ -77,22 +77,17 @@ class Schema(ABC):
         None (the default): ``encode`` at every send."""
         return None
 
-    def decode_values(self, payloads: Any, versions: Any, topic: str) -> list[Any] | None:
+    def decode_values(self, payloads: Any, versions: Any, topic: str) -> list[Any] | Callable[[int], Any] | None:
         """The values of a column of payloads read together (``payloads``: a pyarrow binary array,
         ``versions`` its ``schema_version`` column), each exactly what ``decode_message`` would give
-        for its message once passed to ``value_of_datum``; None when the batch must be decoded message by
-        message (the default).  Tuples are immutable rows: ``value_of_datum`` must then build a new value
-        from one at every call (the batch hands the same row out again); any other datum is handed out once."""
+        for its message once passed to ``value_of_datum`` (each datum is handed out once); or a function
+        from a row's index to a new value of that row at every call (the batch may ask for a row again);
+        None when the batch must be decoded message by message (the default)."""
         return None
 
     def value_of_datum(self, datum: Any) -> Any:
         """The value of one item of ``decode_values``'s list (built when the message asks for it)."""
         return datum
-
-    def row_builder(self) -> Callable[[Any], Any]:
-        """What ``value_of_datum`` does to a tuple row of ``decode_values``, as one function (the
-        received message's ``value()`` calls it directly)."""
-        return self.value_of_datum
 
     def attach_client(self, client: Any) -> None:
         """Let the schema look up writer schemas of the client's topics (the official hook)."""
