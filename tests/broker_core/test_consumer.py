@@ -478,6 +478,32 @@ def test_cumulative_ack_forgets_only_what_it_covers(client: Client) -> None:
     consumer.close()
 
 
+def test_cumulative_ack_on_a_partitioned_topic_covers_only_its_partition(client: Client) -> None:
+    """The consumer keys what it holds by partition and offset together: a cumulative ack forgets
+    the messages of its own partition up to it, and none of another partition's (even at lower offsets)."""
+    client._broker.admin.create_partitioned_topic("pc", 3)
+    producer = client.create_producer("pc")
+    for i in range(12):
+        producer.send(f"m{i}".encode(), partition_key=f"k{i}")
+    producer.close()
+    consumer = subscribe(client, "pc")
+    by_partition: dict[int, list[Message]] = {}
+    for msg in receive_n(consumer, 12):
+        by_partition.setdefault(msg.message_id().partition(), []).append(msg)
+    # the highest partition holding two or more, below which another holds some (keys route deterministically)
+    partition = max(p for p, msgs in by_partition.items() if len(msgs) >= 2)
+    assert min(by_partition) < partition
+    held = by_partition[partition]
+    consumer.acknowledge_cumulative(held[1])
+    consumer.redeliver_unacknowledged_messages()
+    again = receive_n(consumer, 10)
+    assert sorted(values(again)) == sorted(f"m{i}" for i in range(12) if f"m{i}" not in values(held[:2]))
+    for msg in again:
+        consumer.acknowledge(msg)
+    assert drain(consumer) == []
+    consumer.close()
+
+
 # -- seek ----------------------------------------------------------------------------------------------------
 
 
