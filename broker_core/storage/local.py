@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import re
 import os
+import re
 import shutil
 import uuid
 
@@ -36,7 +36,6 @@ from broker_core.errors import (
     ReadError,
 )
 from broker_core.storage.protocol import TRASH_DIR, FileStatus
-
 
 # names separated by single slashes, none starting with a dot: ``normpath`` would leave it unchanged
 _PLAIN_RELATIVE = re.compile(r"[^/.\\][^/\\]*(?:/[^/.\\][^/\\]*)*")
