@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_trickle.py [--seconds S] [--segments-per-s R] [--baseline REF]
+    .venv/bin/python benchmarks/bench_trickle.py [--seconds S] [--segments-per-s R] [--baseline REF] [--repeat N]
 
 Workload (issue #10, "Also measured"): four producer processes each commit a tiny segment (3 messages
 of 100 bytes, ``flush()`` after each) at a paced rate, 100 segments/s each by default, so about 400
@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -254,6 +255,8 @@ def main() -> None:
     parser.add_argument("--types", default="Shared,Exclusive", help="consumer types that drain (comma-separated)")
     parser.add_argument("--no-readahead", action="store_true",
                         help="drain without the readahead thread (both checkouts): one thread decodes every segment")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="drains per checkout and consumer type, interleaved; the report gives the median")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.worker:
@@ -278,9 +281,14 @@ def main() -> None:
             backlogs.append(backlog)
             backlogs.append(merged_copy(backlog, opts.root))
             for consumer_type in opts.types.split(","):
-                for label, path in variants:
-                    drained = drain(backlog, opts.root, consumer_type, path, readahead=not opts.no_readahead)
-                    results[label].update({f"{key}_{consumer_type}": v for key, v in drained.items()})
+                runs: dict[str, list[dict[str, float]]] = {label: [] for label, _ in variants}
+                for repeat in range(opts.repeat):  # interleaved, the order swapped each time
+                    for label, path in variants[::-1] if repeat % 2 else variants:
+                        runs[label].append(drain(backlog, opts.root, consumer_type, path,
+                                                 readahead=not opts.no_readahead))
+                for label, drained_runs in runs.items():
+                    results[label].update({f"{key}_{consumer_type}": statistics.median(r[key] for r in drained_runs)
+                                           for key in drained_runs[0]})
                 merged = drain(backlogs[1], opts.root, consumer_type, str(_REPO), readahead=not opts.no_readahead)
                 results[variants[0][0]].update({f"merged_{key}_{consumer_type}": v for key, v in merged.items()})
     finally:
@@ -316,7 +324,8 @@ def print_report(results: dict[str, dict[str, float]], opts: argparse.Namespace,
         ]
     print(f"trickle: {PRODUCERS} producers x {opts.segments_per_s:.0f} segments/s of {MESSAGES_PER_SEGMENT} x "
           f"{VALUE_BYTES} B for {opts.seconds:.0f} s; drain: {opts.backlog:,} segments"
-          f"{' without readahead' if opts.no_readahead else ''}; {os.cpu_count()} CPUs, "
+          f"{' without readahead' if opts.no_readahead else ''}"
+          f"{f' (median of {opts.repeat} interleaved drains)' if opts.repeat > 1 else ''}; {os.cpu_count()} CPUs, "
           f"load average {load[0]:.1f} before and {load[1]:.1f} after")
     header = f"{'measurement':<38}" + "".join(f"{label:>22}" for label in labels)
     if len(labels) == 2:

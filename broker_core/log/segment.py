@@ -228,27 +228,17 @@ def _all_null_columns(metadata: pq.FileMetaData) -> frozenset[int]:
 
 class _Plan:
     """How to read a segment whose columns ``skipped`` are all null: which leaves to decode, the
-    schema of what they decode to, the null arrays that stand in for the rest, and the schema of the
-    whole (taken from the first file read: a full read keeps the file's own map field names, which
-    Arrow's type comparison ignores, so this does too)."""
+    schema of what they decode to, and the null columns that stand in for the rest, each with its
+    position and field."""
 
-    __slots__ = ("columns", "leaves", "read_schema", "schema")
+    __slots__ = ("fills", "leaves", "read_schema")
 
     def __init__(self, skipped: frozenset[int], rows: int) -> None:
         kept = [i for i in range(len(SEGMENT_SCHEMA)) if i not in skipped]
         self.leaves = [leaf for i in kept for leaf in _LEAVES[i]]
         self.read_schema = pa.schema([SEGMENT_SCHEMA.field(i) for i in kept])
-        self.columns: list[pa.Array | pa.ChunkedArray | None] = [
-            pa.nulls(rows, f.type) if i in skipped else None for i, f in enumerate(SEGMENT_SCHEMA)
-        ]
-        self.schema: pa.Schema | None = None
-
-    def whole_schema(self, part: pa.Schema) -> pa.Schema:
-        if self.schema is None:
-            read = iter(part)
-            self.schema = pa.schema([SEGMENT_SCHEMA.field(i) if column is not None else next(read)
-                                     for i, column in enumerate(self.columns)])
-        return self.schema
+        self.fills = [(i, SEGMENT_SCHEMA.field(i), pa.chunked_array([pa.nulls(rows, SEGMENT_SCHEMA.field(i).type)]))
+                      for i in sorted(skipped)]
 
 
 _PLANS: dict[tuple[frozenset[int], int], _Plan] = {}
@@ -256,24 +246,23 @@ _MAX_PLANS = 256  # distinct (null columns, row count) pairs kept; a backlog has
 
 
 def _read_without(reader: pq.ParquetReader, skipped: frozenset[int]) -> pa.Table:
-    """Decode only the columns not in ``skipped`` and put null arrays in place of those: the same
-    table as a full read, for about half a tiny segment's decode (D102).  The null arrays are
-    shared per row count (Arrow arrays are immutable)."""
+    """Decode only the columns not in ``skipped`` and put null columns in place of those: the same
+    table as a full read (the decoded columns keep the file's own fields, a map's entry names
+    included), for about half a tiny segment's decode (D102).  The null columns are shared per
+    row count (Arrow arrays are immutable).  Inserted one by one in position order: ~5 us less
+    per segment than ``Table.from_arrays`` over a list of all sixteen (D108)."""
     rows = reader.metadata.num_rows
     plan = _PLANS.get((skipped, rows))
     if plan is None:
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
         plan = _PLANS[(skipped, rows)] = _Plan(skipped, rows)
-    part = reader.read_all(column_indices=plan.leaves, use_threads=False)
-    if part.schema != plan.read_schema:
-        part = part.cast(plan.read_schema)
-    columns = list(plan.columns)
-    read = iter(part.columns)
-    for i, column in enumerate(columns):
-        if column is None:
-            columns[i] = next(read)
-    return pa.Table.from_arrays(columns, schema=plan.whole_schema(part.schema))
+    table = reader.read_all(column_indices=plan.leaves, use_threads=False)
+    if table.schema != plan.read_schema:
+        table = table.cast(plan.read_schema)
+    for i, field, nulls in plan.fills:
+        table = table.add_column(i, field, nulls)
+    return table
 
 
 def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef) -> pa.Table:

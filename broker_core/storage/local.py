@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import uuid
 
@@ -36,6 +37,9 @@ from broker_core.errors import (
 )
 from broker_core.storage.protocol import TRASH_DIR, FileStatus
 
+# names separated by single slashes, none starting with a dot: ``normpath`` would leave it unchanged
+_PLAIN_RELATIVE = re.compile(r"[^/.\\][^/\\]*(?:/[^/.\\][^/\\]*)*")
+
 
 def contained_path(root: str, path: str) -> str:
     """``root/path`` as an absolute normalised path, refusing any ``path`` that resolves outside ``root``.
@@ -46,6 +50,8 @@ def contained_path(root: str, path: str) -> str:
     The check is lexical (no system call); ``delete`` additionally resolves symbolic links.
     (Object-store keys get the same check from ``protocol.check_key``.)
     """
+    if _PLAIN_RELATIVE.fullmatch(path) and os.sep == "/":  # a segment's or a commit's path, as usual:
+        return f"{root.rstrip('/')}/{path}"  # already normal (``normpath`` cost ~2 us a segment read)
     full = os.path.normpath(os.path.join(root, path))
     if full != root and not full.startswith(root.rstrip(os.sep) + os.sep):
         raise PathOutsideRoot(

@@ -60,18 +60,34 @@ def seek_offset(snap: Snapshot, msg_id: MessageId, *, inclusive: bool) -> int:
 
 
 def ids_for_offsets(snap: Snapshot, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Entry ids and batch indexes of (sorted, live) offsets, vectorised per segment."""
-    entries = np.empty(len(offsets), dtype=np.int64)
-    batches = np.empty(len(offsets), dtype=np.int32)
-    pos = 0
-    while pos < len(offsets):
-        seg = snap.segments[snap.segment_index_for(int(offsets[pos]))]
-        stop = int(np.searchsorted(offsets, seg.end_offset, side="left"))
-        rel = offsets[pos:stop] - seg.base_offset
-        seg_entries, seg_batches = segment_id_arrays(seg)
-        entries[pos:stop] = seg_entries[rel]
-        batches[pos:stop] = seg_batches[rel]
-        pos = stop
+    """Entry ids and batch indexes of (sorted, live) offsets.
+
+    Vectorised across segments: a segment whose layout is one part (one batched entry, or a run of
+    single-message entries: what a producer's flush or a merge writes) maps its rows by arithmetic on
+    arrays of the spanned segments' base offsets and entry ids; only a segment with a mixed layout is
+    mapped on its own.  A backlog of tiny segments spans hundreds per call, and the per-segment loop
+    cost ~4.5 us each (D108)."""
+    if not len(offsets):
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
+    first = snap.segment_index_for(int(offsets[0]))
+    segs = snap.segments[first:snap.segment_index_for(int(offsets[-1])) + 1]
+    count = len(segs)
+    bases = np.fromiter([s.base_offset for s in segs], dtype=np.int64, count=count)
+    which = np.searchsorted(bases, offsets, side="right") - 1
+    rel = offsets - bases[which]
+    entry_ids = np.fromiter([s.base_entry_id for s in segs], dtype=np.int64, count=count)[which]
+    # the first layout part's sign: > 0 one batched entry, < 0 single entries (a mixed layout is redone below)
+    batched = np.fromiter([bool(s.layout) and s.layout[0] > 0 for s in segs], dtype=np.bool_, count=count)[which]
+    entries = np.where(batched, entry_ids, entry_ids + rel)
+    batches = np.where(batched, rel, -1).astype(np.int32)
+    for i, seg in enumerate(segs):
+        if len(seg.layout) > 1:
+            rows = np.flatnonzero(which == i)
+            if not len(rows):
+                continue
+            seg_entries, seg_batches = segment_id_arrays(seg)
+            entries[rows] = seg_entries[rel[rows]]
+            batches[rows] = seg_batches[rel[rows]]
     return entries, batches
 
 

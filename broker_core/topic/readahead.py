@@ -58,6 +58,8 @@ class Readahead:
     def forget(self, path: str) -> None:
         """The reader decodes ``path`` itself; if it is being decoded right now, wait for that instead
         (the caller then finds it in the cache)."""
+        if self._in_flight != path:  # the common case, and always for a consumer (no readahead): no lock.
+            return  # (unlocked, ``path`` may go in flight just after, as it may just after the locked check)
         with self._cv:
             while self._in_flight == path:
                 self._cv.wait()

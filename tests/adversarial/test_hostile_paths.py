@@ -19,6 +19,7 @@ from broker_core import Client, LogCorrupted, MessageId, PathOutsideRoot
 from broker_core.log.checkpoint import checkpoint_path
 from broker_core.producer.bulk import commit_staged_once, recorded_staged, staged_manifest_path
 from broker_core.storage import LocalFileIO
+from broker_core.storage.local import contained_path
 from broker_core.topic.compacted_view import STATE_DIR, view_store
 from broker_core.topic.topic_log import TopicLog
 
@@ -140,3 +141,19 @@ def test_storage_refuses_paths_resolving_outside_the_root(root: Path, tmp_path: 
     with pytest.raises(PathOutsideRoot):
         io.delete("link/outside.txt")
     assert outside.read_text() == "x" and not (tmp_path / "new.txt").exists()
+
+
+@pytest.mark.parametrize("root", ["/", "/srv/pubsub", "/srv/pubsub/"])
+def test_storage_paths_are_the_normalised_join_on_the_fast_path_too(root: str) -> None:
+    """Plain relative paths skip ``normpath`` (D108): every path form still resolves to exactly the
+    normalised join, or is refused when that leaves the root."""
+    parts = ["a", "..", ".", "", ".tmp", "x.", "..a", "a\\b", "part-0.parquet", "_delta_log", " "]
+    paths = [f"{p}/{q}" for p in parts for q in parts] + [f"/{p}" for p in parts] + parts + ["a/b/", "a//b"]
+    base = os.path.abspath(root)
+    for path in paths:
+        full = os.path.normpath(os.path.join(base, path))
+        if full != base and not full.startswith(base.rstrip(os.sep) + os.sep):
+            with pytest.raises(PathOutsideRoot):
+                contained_path(base, path)
+        else:
+            assert contained_path(base, path) == full, path

@@ -437,6 +437,16 @@ def test_message_id_of_each_offset(layered: TopicLog) -> None:
     assert ids == sorted(ids)
 
 
+@pytest.mark.parametrize("chosen", [[4], [0, 2, 8], [1, 3, 6, 7], [2, 5, 6], [3, 4, 5, 6, 7, 8], [7, 8]])
+def test_ids_of_sparse_offsets_match_each_message_id(layered: TopicLog, chosen: list[int]) -> None:
+    """The vectorised mapping (one-part layouts by arithmetic, mixed ones per segment) gives each
+    offset the id ``message_id`` gives it alone, whichever segments a selection spans or skips."""
+    entries, batches = layered.ids_for_offsets(np.array(chosen, dtype=np.int64))
+    expected = [(m.entry_id(), m.batch_index()) for m in (layered.message_id(o, -1) for o in chosen)]
+    assert list(zip(entries.tolist(), batches.tolist(), strict=True)) == expected
+    assert entries.dtype == np.int64 and batches.dtype == np.int32
+
+
 @pytest.mark.parametrize(
     ("entry", "batch", "inclusive", "offset"),
     [
