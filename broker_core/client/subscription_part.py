@@ -73,12 +73,6 @@ class MemoryCursorStore:
         return None
 
 
-# A consumer decodes what it reads on its own dispatch thread, with no readahead thread (D77 gave it
-# one): with a tiny segment's decode down to ~100 us, the GIL hand-offs of two decoding threads cost
-# more than their overlap saved (D102, ``benchmarks/bench_trickle.py --no-readahead``).
-_READ_AHEAD_TO: int | None = None
-
-
 class SubscriptionPart:
     """This consumer on one internal topic."""
 
@@ -182,8 +176,10 @@ class SubscriptionPart:
         return chosen == self.consumer_name
 
     def window(self, start: int, end: int) -> tuple[Window, pa.Table, np.ndarray]:
-        # claims are by offset: rows after damage wait
-        table, offsets, _ = self.log.read_until(start, end, read_ahead_to=_READ_AHEAD_TO)
+        # claims are by offset: rows after damage wait.  A consumer decodes on this thread, with no
+        # readahead (no ``read_ahead_to``): with a tiny segment's decode down to ~100 us, a second
+        # decoding thread's GIL hand-offs cost more than the overlap saved (D102, reversing D77)
+        table, offsets, _ = self.log.read_until(start, end)
         deliver = table.column("deliver_at").cast(pa.int64())
         deliver_ms = np.where(deliver.is_null().to_numpy(zero_copy_only=False), -1,
                               deliver.fill_null(0).to_numpy(zero_copy_only=False) // 1000)
@@ -352,8 +348,7 @@ class SubscriptionPart:
             if not inside or not (all_offsets[np.minimum(index, len(all_offsets) - 1)] == wanted).all():
                 table = None
         if table is None:
-            table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1,
-                                               read_ahead_to=_READ_AHEAD_TO)
+            table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1)  # (no readahead: see ``window``)
             index = np.searchsorted(all_offsets, wanted)
         rows = _rows_at(table, index)
         chosen = all_offsets[index]
