@@ -70,6 +70,7 @@ import broker_core  # noqa: E402
 from broker_core import Client, ConsumerType, InitialPosition  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from disk_floor import DiskFloor  # noqa: E402
 from wakeup_trace import ProducerTrace, breakdown  # noqa: E402
 from wakeup_trace import load as load_trace  # noqa: E402
 
@@ -524,13 +525,23 @@ def wakeup(opts: argparse.Namespace) -> None:
     figures: dict[str, dict[str, list[Any]]] = {
         label: {"latencies": [], "visible": [], "cpu": []} for label, _, _ in variants}
     traces: list[dict[str, np.ndarray]] = []
+    floor = DiskFloor()
     load_before = os.getloadavg()[0]
-    for repeat in range(opts.repeats):
-        # ABBA: which variant runs first alternates, so neither always runs right after the other
-        # (bfbb4a8 against itself, always first/second: 0.71x for the first, five runs; D110)
-        for label, notifications, baseline in variants[:: -1 if repeat % 2 else 1]:
-            root = make_root(opts.root, fsync=not opts.no_fsync, notifications=notifications)
-            try:
+    # The runs' roots are removed only after the last run: removing one (thousands of files) just
+    # before the next run started made that run's file creates walk over the freed inodes (ext4
+    # without a journal skips inodes freed in the last ~30 s, one by one): 0.5-0.9 ms of CPU per
+    # create instead of tens of us, two creates per batch, on both sides alike (D114).
+    roots: list[str] = []
+    try:
+        for repeat in range(opts.repeats):
+            scratch = make_root(opts.root, fsync=True)
+            roots.append(scratch)
+            floor.measure(scratch)  # what the disk allows, in the same minutes as the runs
+            # ABBA: which variant runs first alternates, so neither always runs right after the other
+            # (bfbb4a8 against itself, always first/second: 0.71x for the first, five runs; D110)
+            for label, notifications, baseline in variants[:: -1 if repeat % 2 else 1]:
+                root = make_root(opts.root, fsync=not opts.no_fsync, notifications=notifications)
+                roots.append(root)
                 result = two_processes("ours", root, count, opts.rate, delay_ms=1, split=True,
                                        trace=opts.trace and label == "notifications", baseline=baseline)
                 for key in ("latencies", "visible"):
@@ -538,8 +549,9 @@ def wakeup(opts: argparse.Namespace) -> None:
                 figures[label]["cpu"].append(result["cpu"] / count * 1e6)
                 if "trace" in result:
                     traces.append(result["trace"])
-            finally:
-                shutil.rmtree(root, ignore_errors=True)
+    finally:
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
     sync = "fsync off" if opts.no_fsync else "fsync on"
     print(f"wake-up latency, two processes, {count:,} messages at {opts.rate:,.0f} msg/s, "
           f"batching_max_publish_delay_ms=1, {sync}, {opts.consumer_type} subscription, "
@@ -562,6 +574,7 @@ def wakeup(opts: argparse.Namespace) -> None:
     print(f"{'CPU per message (us)':<28}{ours:>15.0f}{theirs:>10.0f}{ours / theirs:>7.2f}x")
     print("runs' p50 (ms): " + "; ".join(
         f"{label} " + " ".join(f"{run[0]:.1f}" for run in per_run[label]) for label, _, _ in variants))
+    print("\n".join(floor.lines()))
     if traces:
         print("where the time goes with notifications (--trace; each stage's own p50/p99, they do not add up):")
         print("\n".join(breakdown(traces, pct)))
