@@ -518,7 +518,8 @@ def wakeup(opts: argparse.Namespace) -> None:
     consumer's own part is shown: from the moment the producer's commit completed (its callback) to
     the receive, which is what the wake-up mechanism decides.  Each run's own p50 is kept too: their
     median is steadier than the p50 of all runs pooled when the load changes between runs.  The two
-    variants take turns at running first (A B B A ...)."""
+    variants take turns at running first (A B B A ...).  Before each pair of runs the storage calls of
+    one commit are timed alone (``disk_floor.py``): what the disk allows, in the same minutes."""
     count = int(opts.rate * opts.seconds)
     other = "baseline" if opts.baseline else "polling"
     variants = (("notifications", True, None), (other, bool(opts.baseline), opts.baseline))

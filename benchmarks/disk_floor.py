@@ -27,6 +27,7 @@ import numpy as np
 
 SEGMENT_BYTES = 2_000  # about a segment of 8-10 messages of 100 bytes
 COMMIT_BYTES = 900  # about a commit JSON of one add
+SLOW_CREATE_US = 100  # a create's CPU above which the run pays for recent deletions (see above)
 
 
 def _write(path: str, data: bytes, *, fsync: bool) -> None:
@@ -108,6 +109,9 @@ class DiskFloor:
         out.append(f"one file create, CPU (us): p50 {np.percentile(creates, 50):.0f}, p99 "
                    f"{np.percentile(creates, 99):.0f} ({len(creates)} creates; tens of us on a quiet "
                    "file system, 500-900 after mass deletions on ext4 without a journal)")
+        if np.percentile(creates, 50) > SLOW_CREATE_US:
+            out.append("  creates are slow: many files were removed on this file system in the last ~30 s (another "
+                       "benchmark's roots? wait half a minute between runs); both sides pay it, the figures less so")
         return out
 
 
