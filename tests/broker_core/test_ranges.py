@@ -135,11 +135,11 @@ def test_add_offsets_collapses_runs() -> None:
 ])
 def test_add_offsets_in_any_order_gives_the_same_runs(offsets: list[int]) -> None:
     expected = [[3, 6], [9, 11], [20, 21]] if len(offsets) > 1 else [[7, 8]]
-    for given in (offsets, np.array(offsets, np.int64)):
+    for as_given in (offsets, np.array(offsets, np.int64)):
         rs = RangeSet()
-        rs.add_offsets(given)
+        rs.add_offsets(as_given)
         assert rs.to_json() == expected
-        rs.remove_offsets(given)
+        rs.remove_offsets(as_given)
         assert rs.to_json() == []
 
 
