@@ -6,6 +6,10 @@ Run from the repository root::
 
 ``--produce-only`` times a and b alone (for iterating on the producer); with ``PYTHONPATH`` set to
 another checkout it measures that checkout's client (the header names the one imported).
+``--consume-repeat N`` then consumes the topic N more times (c, each with a new subscription, each
+after a new fastavro decode) and prints per run where the CPU went: the main, dispatch and ack
+threads, the garbage collections of each generation, and the segment layout the producer cut (for
+telling a slow run's cause from the machine's load: D112).
 
 Records have 5 fields (long, string, double, int, boolean), declared as a ``Record`` class.  Figures,
 each timed in this run:
@@ -29,12 +33,14 @@ the binary read's time.  This is a benchmark, not a test: nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import io
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -105,6 +111,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--no-spark", action="store_true")
     parser.add_argument("--produce-only", action="store_true", help="time a and b only (no consuming, no Spark)")
+    parser.add_argument("--consume-repeat", type=int, default=0, metavar="N",
+                        help="consume the topic N more times, printing each run's CPU by thread and its collections")
     args = parser.parse_args()
     n = args.records
     print(f"records: {n:,}  load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores  "
@@ -189,6 +197,8 @@ def main() -> None:
               f"{produce_cost.gc_s:.2f} s of producing, {consume_cost.gc_s:.2f} s of consuming")
         print(f"   decode_column vs fastavro decode: {t_decode / t_column:.2f}x")
 
+        if args.consume_repeat:
+            repeat_consume(root, schema, payloads, parsed, n, args.consume_repeat)
         if not args.no_spark:
             spark_figures(root, n)
     finally:
@@ -232,6 +242,52 @@ def consume_batches(client: Client, topic: str, schema: m.Schema, n: int) -> flo
     elapsed = time.perf_counter() - start
     consumer.close()
     return elapsed
+
+
+def thread_cpu_s(name_prefix: str) -> float:
+    """CPU seconds used so far by the live threads whose names start with ``name_prefix``."""
+    total = 0.0
+    for thread in threading.enumerate():
+        if thread.name.startswith(name_prefix) and thread.ident is not None:
+            with contextlib.suppress(OSError):  # (ended meanwhile)
+                total += time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    return total
+
+
+def repeat_consume(root: str, schema: m.Schema, payloads: list[bytes], parsed: Any, n: int, runs: int) -> None:
+    """c again, ``runs`` times, each after a fastavro decode of the same payloads, with where each
+    run's CPU went: a run that costs more than the others shows whether one thread, the collector or
+    the whole process (the machine's load) paid for it."""
+    sizes = sorted(f.stat().st_size for f in Path(root).rglob("part-*.parquet") if f.parent.name == TOPIC)
+    print(f"   segments of the topic: {len(sizes)}, bytes min/median/max {sizes[0]:,}/{sizes[len(sizes) // 2]:,}/"
+          f"{sizes[-1]:,}")
+    client = Client(f"file://{root}")
+    try:
+        for run in range(runs):
+            with Cost() as decode_cost:
+                for p in payloads:
+                    fastavro.schemaless_reader(io.BytesIO(p), parsed, None)
+            consumer = client.subscribe(TOPIC, f"repeat-{run}", schema=schema,
+                                        initial_position=InitialPosition.Earliest)
+            gc_before = gc.get_stats()
+            dispatch_s, acks_s = thread_cpu_s("pubsub-consumer-"), thread_cpu_s("pubsub-acks-")
+            main_s = time.thread_time()
+            with Cost() as cost:
+                for _ in range(n):
+                    msg = consumer.receive()
+                    msg.value()
+                    consumer.acknowledge(msg)
+            main_s = time.thread_time() - main_s
+            dispatch_s, acks_s = thread_cpu_s("pubsub-consumer-") - dispatch_s, thread_cpu_s("pubsub-acks-") - acks_s
+            collections = [after["collections"] - before["collections"]
+                           for before, after in zip(gc_before, gc.get_stats(), strict=True)]
+            consumer.close()
+            print(f"   run {run + 1}: load {os.getloadavg()[0]:4.1f}  consume {cost.wall_s:5.2f} s wall, "
+                  f"{cost.cpu_s:5.2f} s CPU (main {main_s:4.2f}, dispatch {dispatch_s:4.2f}, acks {acks_s:4.2f}; "
+                  f"collector {cost.gc_s:4.2f} s, collections {collections})  vs fastavro decode: "
+                  f"{decode_cost.wall_s / cost.wall_s:.2f}x wall, {decode_cost.cpu_s / cost.cpu_s:.2f}x CPU")
+    finally:
+        client.close()
 
 
 def spark_figures(root: str, n: int) -> None:

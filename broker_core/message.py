@@ -188,14 +188,15 @@ class RowBatch:
     every message decodes alone.
     """
 
-    __slots__ = ("_column", "_entries", "_indexes", "_schema", "_sent_rows", "_table", "_values", "_versions",
-                 "ledger_id", "partition", "payloads", "record_at", "topic")
+    __slots__ = ("_column", "_entries", "_ids", "_indexes", "_schema", "_sent_rows", "_table", "_values",
+                 "_versions", "ledger_id", "partition", "payloads", "record_at", "topic")
 
-    def __init__(self, payloads: list[bytes | None], entries: list[int], indexes: list[int], *, ledger_id: int,
+    def __init__(self, payloads: list[bytes | None], entries: np.ndarray, indexes: np.ndarray, *, ledger_id: int,
                  partition: int, topic: str, schema: Schema | None, table: pa.Table) -> None:
         self.payloads = payloads  # the messages' own ``_data`` objects: a replaced payload is not in here
-        self._entries = entries
+        self._entries = entries  # as arrays until the first ``message_id`` (most reads never ask: D112)
         self._indexes = indexes
+        self._ids: tuple[list[int], list[int]] | None = None
         self.ledger_id = ledger_id
         self.partition = partition
         self.topic = topic
@@ -208,7 +209,10 @@ class RowBatch:
         self.record_at: Callable[[int], Any] | None = None  # a row's new value (``decode_values`` gave one)
 
     def message_id(self, row: int) -> MessageId:
-        return MessageId._trusted(self.partition, self.ledger_id, self._entries[row], self._indexes[row], self.topic)
+        ids = self._ids
+        if ids is None:  # (two threads may both convert: the same lists either way)
+            ids = self._ids = (self._entries.tolist(), self._indexes.tolist())
+        return MessageId._trusted(self.partition, self.ledger_id, ids[0][row], ids[1][row], self.topic)
 
     def sent(self, row: int) -> _Sent:
         """``Message._sent`` of ``row``: every row's converted at the first call (most reads never ask)."""
@@ -296,6 +300,7 @@ def messages_from_rows(
     partition: int,
     topic: str,
     schema: Schema | None = None,
+    source: int = -1,
 ) -> list[Message]:
     """Build ``Message`` objects from segment rows (one per row; chunks are not merged here).
 
@@ -309,14 +314,14 @@ def messages_from_rows(
     values = table.column("value").to_pylist()
     n = len(values)
     decodes = schema is not None and schema.batch_decodes and n >= _MIN_BATCH_ROWS
-    batch = RowBatch(values, entry_ids.tolist(), batch_indexes.tolist(), ledger_id=ledger_id, partition=partition,
+    batch = RowBatch(values, entry_ids, batch_indexes, ledger_id=ledger_id, partition=partition,
                      topic=topic, schema=schema if decodes else None, table=table)
     hashes = table.column("sticky_key_hash")  # (never null: written by every producer)
     return list(map(
         _received, values, _values(table, "key"), _properties(table), _shared_values(table, "schema_version"),
         repeat(topic), repeat(schema), offsets.tolist(),
         hashes.to_pylist() if hashes.null_count == 0 else [h or 0 for h in hashes.to_pylist()],
-        repeat(batch), range(n),
+        repeat(batch), range(n), repeat(source),
     ))
 
 
@@ -324,7 +329,8 @@ _new = object.__new__
 
 
 def _received(data: bytes | None, key: str | None, properties: Mapping[str, str], version: bytes | None, topic: str,
-              schema: Schema | None, offset: int, sticky_key_hash: int, batch: RowBatch, row: int) -> Message:
+              schema: Schema | None, offset: int, sticky_key_hash: int, batch: RowBatch, row: int,
+              source: int) -> Message:
     """A ``Message`` of row ``row`` of ``batch`` (``Message.__init__`` without the sent fields, which
     stay in the batch until asked for)."""
     msg = _new(Message)
@@ -339,7 +345,7 @@ def _received(data: bytes | None, key: str | None, properties: Mapping[str, str]
     msg._offset = offset
     msg._sticky_key_hash = sticky_key_hash
     msg._chunk_offsets = None
-    msg._source = -1
+    msg._source = source
     msg._encryption = None
     msg._batch = batch
     msg._row = row

@@ -201,13 +201,13 @@ class ConsumerDispatch(ConsumerAcks):
             if offsets:
                 changed = True
                 try:
-                    msgs = part.messages_for(offsets, cursor)
+                    msgs = part.messages_for(offsets, cursor, source=index)
                 except SegmentCorrupted as exc:  # in order: deliver what precedes the damage, stop there
                     damaged_from = int(exc.context.get("offset", offsets[0]))
                     part.read_pos = damaged_from
                     good = [o for o in offsets if o < damaged_from]
                     if good:
-                        self._deliver(index, part, part.messages_for(good, cursor))
+                        self._deliver(index, part, part.messages_for(good, cursor, source=index))
                     raise
                 self._deliver(index, part, msgs)
         return changed
@@ -297,8 +297,9 @@ class ConsumerDispatch(ConsumerAcks):
 
     def _deliver(self, index: int, part: SubscriptionPart, msgs: list[Message]) -> None:
         if self._dead_letters is None and not any(map(_PROPERTIES, msgs)):  # nothing to decrypt or divert:
-            for msg in msgs:  # (the common read, without the per-message checks below)
-                msg._source = index
+            if msgs and msgs[0]._source != index:  # (the common read: ``messages_for`` set it on each)
+                for msg in msgs:
+                    msg._source = index
             self._enqueue_ready(msgs)
             return
         ready: list[Message] = []

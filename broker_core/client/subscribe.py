@@ -53,10 +53,10 @@ class _CompactedPart(SubscriptionPart):
         super().__init__(**kwargs)
         self.compacted = CompactedTopic(self.log)
 
-    def messages_for(self, offsets: list[int], cursor: Cursor | None) -> list[Message]:
+    def messages_for(self, offsets: list[int], cursor: Cursor | None, *, source: int = -1) -> list[Message]:
         view = self.compacted.view()
         if view is None or not offsets or offsets[0] >= view.horizon:
-            return super().messages_for(offsets, cursor)
+            return super().messages_for(offsets, cursor, source=source)
         wanted = np.asarray(offsets, dtype=np.int64)
         below = wanted[wanted < view.horizon]
         present = view.contains(below)
@@ -72,12 +72,13 @@ class _CompactedPart(SubscriptionPart):
         piece = view.select(below[present])
         msgs = messages_from_rows(piece.rows, piece.offsets, piece.entry_ids, piece.batch_indexes,
                                   ledger_id=self.log.log.cached_snapshot().ledger_id,
-                                  partition=self.partition, topic=self.display_topic, schema=self.schema)
+                                  partition=self.partition, topic=self.display_topic, schema=self.schema,
+                                  source=source)
         counts = cursor.redelivery if cursor is not None else {}
         for msg in msgs:
             msg._redelivery_count = counts.get(msg._offset, 0)
         rest = wanted[wanted >= view.horizon].tolist()
-        return self._join_chunks(piece.rows, msgs) + super().messages_for(rest, cursor)
+        return self._join_chunks(piece.rows, msgs) + super().messages_for(rest, cursor, source=source)
 
 
 def _parts_for(

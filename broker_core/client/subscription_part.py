@@ -334,8 +334,9 @@ class SubscriptionPart:
 
     # -- turning offsets into messages -----------------------------------------------------------
 
-    def messages_for(self, offsets: list[int], cursor: Cursor | None) -> list[Message]:
-        """Messages at ``offsets`` (ascending), chunks joined, redelivery counts from the cursor."""
+    def messages_for(self, offsets: list[int], cursor: Cursor | None, *, source: int = -1) -> list[Message]:
+        """Messages at ``offsets`` (ascending), chunks joined, redelivery counts from the cursor;
+        ``source``: the consumer's index of this part, set on each message as it is built (D112)."""
         if not offsets:
             return []
         wanted = np.asarray(offsets, dtype=np.int64)
@@ -355,7 +356,8 @@ class SubscriptionPart:
         entries, batches = self.log.ids_for_offsets(chosen)
         snap = self.log.log.cached_snapshot()
         msgs = messages_from_rows(rows, chosen, entries, batches, ledger_id=snap.ledger_id,
-                                  partition=self.partition, topic=self.display_topic, schema=self.schema)
+                                  partition=self.partition, topic=self.display_topic, schema=self.schema,
+                                  source=source)
         counts = cursor.redelivery if cursor is not None else {}
         if counts:  # (most reads redeliver nothing: no pass over the messages then)
             for msg in msgs:

@@ -120,12 +120,20 @@ class RangeSet:
 
 
 def _runs(offsets: Iterable[int] | np.ndarray) -> list[tuple[int, int]]:
-    """The distinct offsets as half-open runs ``[start, end)``, in order: acks come in long runs."""
+    """The distinct offsets as half-open runs ``[start, end)``, in order: acks come in long runs.
+
+    Acknowledgments one by one arrive in the order received, ascending: such an array is already
+    distinct and sorted, and one ``diff`` says so, where ``np.unique`` (a hash pass, then a sort) was
+    three quarters of the ack thread's CPU while consuming a backlog (D112)."""
     arr = offsets if isinstance(offsets, np.ndarray) else np.fromiter(offsets, dtype=np.int64)
-    arr = np.unique(arr.astype(np.int64, copy=False))
+    arr = arr.astype(np.int64, copy=False)
+    steps = np.diff(arr)
+    if not (steps > 0).all():  # out of order or repeated: sort and deduplicate first
+        arr = np.unique(arr)
+        steps = np.diff(arr)
     if not len(arr):
         return []
-    breaks = np.nonzero(np.diff(arr) != 1)[0]
+    breaks = np.nonzero(steps != 1)[0]
     starts = np.concatenate(([arr[0]], arr[breaks + 1]))
     ends = np.concatenate((arr[breaks], [arr[-1]])) + 1
     return list(zip(starts.tolist(), ends.tolist(), strict=True))

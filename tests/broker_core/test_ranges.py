@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -124,6 +125,22 @@ def test_add_offsets_collapses_runs() -> None:
     assert rs.to_json() == [[3, 6], [9, 11], [20, 21]]
     rs.add_offsets([])
     assert rs.to_json() == [[3, 6], [9, 11], [20, 21]]
+
+
+@pytest.mark.parametrize("offsets", [
+    [3, 4, 5, 9, 10, 20],  # ascending and distinct, as acknowledgments one by one arrive: no sort
+    [3, 4, 4, 5, 9, 10, 10, 20],  # ascending with repeats: deduplicated
+    [20, 10, 9, 5, 4, 3],  # descending
+    [7],
+])
+def test_add_offsets_in_any_order_gives_the_same_runs(offsets: list[int]) -> None:
+    expected = [[3, 6], [9, 11], [20, 21]] if len(offsets) > 1 else [[7, 8]]
+    for as_given in (offsets, np.array(offsets, np.int64)):
+        rs = RangeSet()
+        rs.add_offsets(as_given)
+        assert rs.to_json() == expected
+        rs.remove_offsets(as_given)
+        assert rs.to_json() == []
 
 
 def test_contains_array_on_empty_set_and_large_offsets() -> None:
