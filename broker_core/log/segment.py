@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from broker_core.errors import BrokerPersistenceError, SegmentCorrupted
+from broker_core.log.segment_footer import has_schema, schema_prefix
 from broker_core.storage import FileIO
 
 if TYPE_CHECKING:
@@ -182,18 +183,20 @@ def decode_segment(source: pa.NativeFile, columns: list[str] | None = None) -> p
     return table
 
 
-def decode_segment_narrow(source: pa.NativeFile) -> pa.Table:
+def decode_segment_narrow(source: pa.NativeFile, *, data: bytes | None = None) -> pa.Table:
     """A segment's rows, possibly without the columns its footer shows null in every row (D102):
     ``widen`` puts those back.  Callers that gather many tiny segments (``read_range``) concatenate
     the narrow tables and widen the result once, instead of inserting nine null columns into every
-    segment's table and concatenating sixteen columns of one-segment chunks (D111)."""
+    segment's table and concatenating sixteen columns of one-segment chunks (D111).  ``data``: the
+    file's bytes, when the caller holds them (``source`` reads them): a footer whose schema is
+    byte for byte the one ``encode_segment`` writes needs no per-column name check."""
     if source.size() >= SMALL_SEGMENT_BYTES:
         return decode_segment(source)
     # ``ParquetReader`` is what ``ParquetFile`` wraps; ``ParquetFile`` adds a per-file walk of the
     # schema's nested paths (a third of a tiny file's decode) that reading every column never needs
     reader = pq.ParquetReader()
     reader.open(source, pre_buffer=False)
-    skipped = _all_null_columns(reader.metadata)
+    skipped = _all_null_columns(reader.metadata, known_schema=data is not None and has_schema(data, _written_schema()))
     if skipped:
         return _read_without(reader, skipped)
     table = reader.read_all(use_threads=False)
@@ -219,13 +222,15 @@ _SKIPPABLE = [(i, _LEAVES[i][0], f.name) for i, f in enumerate(SEGMENT_SCHEMA)
               if f.name in _STATISTICS_COLUMNS and f.nullable]
 
 
-def _all_null_columns(metadata: pq.FileMetaData) -> frozenset[int]:
+def _all_null_columns(metadata: pq.FileMetaData, *, known_schema: bool = False) -> frozenset[int]:
     """Columns (``SEGMENT_SCHEMA`` positions) that the footer's statistics show null in every row.
 
     Only for a one-row-group file with the segment's number of leaf columns, and only a column
     chunk with the expected name (anything else is read whole, as before; ``metadata.schema``
-    would check more but costs as much as decoding three columns); a column chunk without a null
-    count (files written before D102 had statistics for three columns only) is decoded."""
+    would check more but costs as much as decoding three columns), unless ``known_schema`` says
+    the file's schema is the one ``encode_segment`` writes (``segment_footer``); a column chunk
+    without a null count (files written before D102 had statistics for three columns only) is
+    decoded."""
     rows = metadata.num_rows
     if metadata.num_row_groups != 1 or metadata.num_columns != _NUM_LEAVES or rows == 0:
         return frozenset()
@@ -234,9 +239,24 @@ def _all_null_columns(metadata: pq.FileMetaData) -> frozenset[int]:
     for i, leaf, name in _SKIPPABLE:
         chunk = group.column(leaf)
         stats = chunk.statistics  # ``null_count`` is None when the chunk has none
-        if stats is not None and stats.null_count == rows and chunk.path_in_schema == name:
+        if stats is not None and stats.null_count == rows and (known_schema or chunk.path_in_schema == name):
             nulls.append(i)
     return frozenset(nulls)
+
+
+_WRITTEN_SCHEMA: list[bytes | None] = []  # the footer prefix of ``encode_segment``'s schema, once known
+
+
+def _written_schema() -> bytes | None:
+    """The footer prefix that holds the schema ``encode_segment`` writes (``segment_footer``): taken
+    once from two encoded tables of one and two rows."""
+    if not _WRITTEN_SCHEMA:
+        def rows(n: int) -> pa.Table:
+            return pa.Table.from_arrays([pa.nulls(n, f.type) if f.nullable else pa.array([0] * n).cast(f.type)
+                                         for f in SEGMENT_SCHEMA], schema=SEGMENT_SCHEMA)
+        _WRITTEN_SCHEMA.append(schema_prefix(encode_segment(rows(1)).to_pybytes(), encode_segment(rows(2)).to_pybytes(),
+                                             [leaf.name for leaf in SEGMENT_SCHEMA]))
+    return _WRITTEN_SCHEMA[0]
 
 
 class _Plan:
@@ -307,8 +327,8 @@ def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef, *, narrow
     with ``pubsub topics check --repair`` (its messages are then recorded as lost)."""
     path = f"{topic_path}/{seg.path}"
     try:
-        source = _open(io, path, seg)
-        table = decode_segment_narrow(source) if narrow else decode_segment(source)
+        source, data = _open(io, path, seg)
+        table = decode_segment_narrow(source, data=data) if narrow else widen(decode_segment_narrow(source, data=data))
     except BrokerPersistenceError:
         # existence is checked only when opening fails: a ``stat`` (an object store's HEAD) before
         # every open cost a fifth of decoding a tiny segment (``benchmarks/bench_trickle.py``)
@@ -322,13 +342,14 @@ def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef, *, narrow
     return table
 
 
-def _open(io: FileIO, path: str, seg: SegmentRef) -> pa.NativeFile:
+def _open(io: FileIO, path: str, seg: SegmentRef) -> tuple[pa.NativeFile, bytes | None]:
     """A small local segment is read into memory with one ``pread`` of the size its ``add`` records:
     ``open_input``'s memory map costs a ``stat``, an ``mmap`` and an ``munmap`` per file, more than
     the whole file's bytes are worth, and decoding from a file handle issues a read per column and a
     ``stat`` (``pa.OSFile``'s directory check) besides: one read of the known size took ~10% off a
     tiny segment's decode (D94).  A file of another size than recorded is decoded from the file as
-    it is, so that what such a file holds (and the error about it) does not depend on this."""
+    it is, so that what such a file holds (and the error about it) does not depend on this.  Returns
+    the file to decode and, when they were read into memory, its bytes."""
     if seg.size_bytes < SMALL_SEGMENT_BYTES and io.is_local:
         full = io.abs_path(path)
         try:
@@ -339,8 +360,8 @@ def _open(io: FileIO, path: str, seg: SegmentRef) -> pa.NativeFile:
             data = os.pread(fd, seg.size_bytes + 1, 0)  # one byte more tells a longer file
         finally:
             os.close(fd)
-        return pa.BufferReader(data) if len(data) == seg.size_bytes else pa.OSFile(full)
-    return io.open_input(path)
+        return (pa.BufferReader(data), data) if len(data) == seg.size_bytes else (pa.OSFile(full), None)
+    return io.open_input(path), None
 
 
 def _damaged(path: str, seg: SegmentRef, problem: str) -> SegmentCorrupted:

@@ -36,7 +36,7 @@ def read_range(snap: Snapshot, start: int, end: int, segment_rows: SegmentRows, 
     stop = end
     end = min(end, snap.next_offset)
     pieces: list[pa.Table] = []
-    offsets: list[np.ndarray] = []
+    runs: list[list[int]] = []  # [first, end) of each run of consecutive offsets read (gaps: retention)
     i = snap.segment_index_for(start)
     while start < end and i < len(snap.segments):
         seg = snap.segments[i]
@@ -52,13 +52,17 @@ def read_range(snap: Snapshot, start: int, end: int, segment_rows: SegmentRows, 
             stop = seg.base_offset
             break
         pieces.append(whole if lo == 0 and hi == whole.num_rows else whole.slice(lo, hi - lo))
-        offsets.append(np.arange(seg.base_offset + lo, seg.base_offset + hi, dtype=np.int64))
+        if runs and runs[-1][1] == seg.base_offset + lo:
+            runs[-1][1] = seg.base_offset + hi
+        else:
+            runs.append([seg.base_offset + lo, seg.base_offset + hi])
         i += 1
     if spanned is not None:
         spanned(i, len(pieces))
     if not pieces:
         return SEGMENT_SCHEMA.empty_table(), np.empty(0, dtype=np.int64), stop
-    return _joined(pieces), np.concatenate(offsets), stop
+    offsets = [np.arange(first, run_end, dtype=np.int64) for first, run_end in runs]
+    return _joined(pieces), offsets[0] if len(offsets) == 1 else np.concatenate(offsets), stop
 
 
 def _joined(pieces: list[pa.Table]) -> pa.Table:
