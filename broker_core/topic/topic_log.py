@@ -324,7 +324,8 @@ class TopicLog(Waiters):
         added = {a.path for a in actions if isinstance(a, Add)}
         for seg in snapshot.segments[-len(added):] if added else ():
             if seg.path in added:
-                self._prefetcher.start(seg.path, functools.partial(read_segment_checked, self.io, self.path, seg))
+                self._prefetcher.start(seg.path, functools.partial(read_segment_checked, self.io, self.path, seg,
+                                                                   narrow=True))  # as ``_decode`` caches it
 
     def segment_table(self, seg: SegmentRef) -> pa.Table:
         """The decoded rows of a segment (cached: readers fetch a segment piecewise).
