@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from broker_core.errors import BrokerPersistenceError, SegmentCorrupted
+from broker_core.log.segment_footer import has_schema, schema_prefix
 from broker_core.storage import FileIO
 
 if TYPE_CHECKING:
@@ -170,15 +171,8 @@ SMALL_SEGMENT_BYTES = 1 << 20
 def decode_segment(source: pa.NativeFile, columns: list[str] | None = None) -> pa.Table:
     """Read a segment back with exactly ``SEGMENT_SCHEMA`` types (or the chosen columns)."""
     if source.size() < SMALL_SEGMENT_BYTES and columns is None:
-        # ``ParquetReader`` is what ``ParquetFile`` wraps; ``ParquetFile`` adds a per-file walk of the
-        # schema's nested paths (a third of a tiny file's decode) that reading every column never needs
-        reader = pq.ParquetReader()
-        reader.open(source, pre_buffer=False)
-        skipped = _all_null_columns(reader.metadata)
-        if skipped:
-            return _read_without(reader, skipped)
-        table = reader.read_all(use_threads=False)
-    elif source.size() < SMALL_SEGMENT_BYTES:
+        return widen(decode_segment_narrow(source))
+    if source.size() < SMALL_SEGMENT_BYTES:
         # by name: Parquet numbers leaf columns, and the properties map has two
         table = pq.ParquetFile(source, pre_buffer=False).read(columns, use_threads=False).select(columns)
     else:
@@ -186,6 +180,28 @@ def decode_segment(source: pa.NativeFile, columns: list[str] | None = None) -> p
     target = SEGMENT_SCHEMA if columns is None else pa.schema([SEGMENT_SCHEMA.field(c) for c in columns])
     if table.schema != target:
         table = table.cast(target)
+    return table
+
+
+def decode_segment_narrow(source: pa.NativeFile, *, data: bytes | None = None) -> pa.Table:
+    """A segment's rows, possibly without the columns its footer shows null in every row (D102):
+    ``widen`` puts those back.  Callers that gather many tiny segments (``read_range``) concatenate
+    the narrow tables and widen the result once, instead of inserting nine null columns into every
+    segment's table and concatenating sixteen columns of one-segment chunks (D111).  ``data``: the
+    file's bytes, when the caller holds them (``source`` reads them): a footer whose schema is
+    byte for byte the one ``encode_segment`` writes needs no per-column name check."""
+    if source.size() >= SMALL_SEGMENT_BYTES:
+        return decode_segment(source)
+    # ``ParquetReader`` is what ``ParquetFile`` wraps; ``ParquetFile`` adds a per-file walk of the
+    # schema's nested paths (a third of a tiny file's decode) that reading every column never needs
+    reader = pq.ParquetReader()
+    reader.open(source, pre_buffer=False)
+    skipped = _all_null_columns(reader.metadata, known_schema=data is not None and has_schema(data, _written_schema()))
+    if skipped:
+        return _read_without(reader, skipped)
+    table = reader.read_all(use_threads=False)
+    if table.schema != SEGMENT_SCHEMA:
+        table = table.cast(SEGMENT_SCHEMA)
     return table
 
 
@@ -206,13 +222,15 @@ _SKIPPABLE = [(i, _LEAVES[i][0], f.name) for i, f in enumerate(SEGMENT_SCHEMA)
               if f.name in _STATISTICS_COLUMNS and f.nullable]
 
 
-def _all_null_columns(metadata: pq.FileMetaData) -> frozenset[int]:
+def _all_null_columns(metadata: pq.FileMetaData, *, known_schema: bool = False) -> frozenset[int]:
     """Columns (``SEGMENT_SCHEMA`` positions) that the footer's statistics show null in every row.
 
     Only for a one-row-group file with the segment's number of leaf columns, and only a column
     chunk with the expected name (anything else is read whole, as before; ``metadata.schema``
-    would check more but costs as much as decoding three columns); a column chunk without a null
-    count (files written before D102 had statistics for three columns only) is decoded."""
+    would check more but costs as much as decoding three columns), unless ``known_schema`` says
+    the file's schema is the one ``encode_segment`` writes (``segment_footer``); a column chunk
+    without a null count (files written before D102 had statistics for three columns only) is
+    decoded."""
     rows = metadata.num_rows
     if metadata.num_row_groups != 1 or metadata.num_columns != _NUM_LEAVES or rows == 0:
         return frozenset()
@@ -221,58 +239,96 @@ def _all_null_columns(metadata: pq.FileMetaData) -> frozenset[int]:
     for i, leaf, name in _SKIPPABLE:
         chunk = group.column(leaf)
         stats = chunk.statistics  # ``null_count`` is None when the chunk has none
-        if stats is not None and stats.null_count == rows and chunk.path_in_schema == name:
+        if stats is not None and stats.null_count == rows and (known_schema or chunk.path_in_schema == name):
             nulls.append(i)
     return frozenset(nulls)
 
 
+_WRITTEN_SCHEMA: list[bytes | None] = []  # the footer prefix of ``encode_segment``'s schema, once known
+
+
+def _written_schema() -> bytes | None:
+    """The footer prefix that holds the schema ``encode_segment`` writes (``segment_footer``): taken
+    once from two encoded tables of one and two rows."""
+    if not _WRITTEN_SCHEMA:
+        def rows(n: int) -> pa.Table:
+            return pa.Table.from_arrays([pa.nulls(n, f.type) if f.nullable else pa.array([0] * n).cast(f.type)
+                                         for f in SEGMENT_SCHEMA], schema=SEGMENT_SCHEMA)
+        _WRITTEN_SCHEMA.append(schema_prefix(encode_segment(rows(1)).to_pybytes(), encode_segment(rows(2)).to_pybytes(),
+                                             [leaf.name for leaf in SEGMENT_SCHEMA]))
+    return _WRITTEN_SCHEMA[0]
+
+
 class _Plan:
-    """How to read a segment whose columns ``skipped`` are all null: which leaves to decode, the
-    schema of what they decode to, and the null columns that stand in for the rest, each with its
-    position and field."""
+    """How to read a segment whose columns ``skipped`` are all null: which leaves to decode and the
+    schema of what they decode to."""
 
-    __slots__ = ("fills", "leaves", "read_schema")
+    __slots__ = ("leaves", "read_schema")
 
-    def __init__(self, skipped: frozenset[int], rows: int) -> None:
+    def __init__(self, skipped: frozenset[int]) -> None:
         kept = [i for i in range(len(SEGMENT_SCHEMA)) if i not in skipped]
         self.leaves = [leaf for i in kept for leaf in _LEAVES[i]]
         self.read_schema = pa.schema([SEGMENT_SCHEMA.field(i) for i in kept])
-        self.fills = [(i, SEGMENT_SCHEMA.field(i), pa.chunked_array([pa.nulls(rows, SEGMENT_SCHEMA.field(i).type)]))
-                      for i in sorted(skipped)]
 
 
-_PLANS: dict[tuple[frozenset[int], int], _Plan] = {}
-_MAX_PLANS = 256  # distinct (null columns, row count) pairs kept; a backlog has few
+_PLANS: dict[frozenset[int], _Plan] = {}
+_MAX_PLANS = 256  # distinct sets of null columns kept; a backlog has few
 
 
 def _read_without(reader: pq.ParquetReader, skipped: frozenset[int]) -> pa.Table:
-    """Decode only the columns not in ``skipped`` and put null columns in place of those: the same
-    table as a full read (the decoded columns keep the file's own fields, a map's entry names
-    included), for about half a tiny segment's decode (D102).  The null columns are shared per
-    row count (Arrow arrays are immutable).  Inserted one by one in position order: ~5 us less
-    per segment than ``Table.from_arrays`` over a list of all sixteen (D108)."""
-    rows = reader.metadata.num_rows
-    plan = _PLANS.get((skipped, rows))
+    """Decode only the columns not in ``skipped`` (the decoded columns keep the file's own fields, a
+    map's entry names included), for about half a tiny segment's decode (D102); ``widen`` turns the
+    result into the same table as a full read."""
+    plan = _PLANS.get(skipped)
     if plan is None:
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
-        plan = _PLANS[(skipped, rows)] = _Plan(skipped, rows)
+        plan = _PLANS[skipped] = _Plan(skipped)
     table = reader.read_all(column_indices=plan.leaves, use_threads=False)
     if table.schema != plan.read_schema:
         table = table.cast(plan.read_schema)
-    for i, field, nulls in plan.fills:
-        table = table.add_column(i, field, nulls)
     return table
 
 
-def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef) -> pa.Table:
-    """A live segment's rows, or ``SegmentCorrupted`` naming the file when it is missing, cannot be
+_FIELD_POSITIONS = {f.name: i for i, f in enumerate(SEGMENT_SCHEMA)}
+_NULLS: dict[tuple[int, int], pa.ChunkedArray] = {}  # (column, rows) -> a shared one-chunk null column
+_MAX_NULLS = 1024
+_MAX_SHARED_NULL_ROWS = 64  # a segment's row count: shared; a window's (one widen per read): made anew
+
+
+def widen(table: pa.Table) -> pa.Table:
+    """``table`` (a narrow segment table, or several concatenated) with ``SEGMENT_SCHEMA``'s missing
+    columns put back as nulls, each at its position with the schema's field: the same table as a
+    full read.  The null columns are shared per row count (Arrow arrays are immutable); inserted one
+    by one in position order, ~5 us less than ``Table.from_arrays`` over all sixteen (D108)."""
+    if table.num_columns == len(SEGMENT_SCHEMA):
+        return table
+    present = {_FIELD_POSITIONS[name] for name in table.column_names}
+    rows = table.num_rows
+    for i in range(len(SEGMENT_SCHEMA)):
+        if i in present:
+            continue
+        nulls = _NULLS.get((i, rows))
+        if nulls is None:
+            nulls = pa.chunked_array([pa.nulls(rows, SEGMENT_SCHEMA.field(i).type)])
+            if rows <= _MAX_SHARED_NULL_ROWS:
+                if len(_NULLS) >= _MAX_NULLS:
+                    _NULLS.clear()
+                _NULLS[(i, rows)] = nulls
+        table = table.add_column(i, SEGMENT_SCHEMA.field(i), nulls)
+    return table
+
+
+def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef, *, narrow: bool = False) -> pa.Table:
+    """A live segment's rows (with ``narrow``, possibly without its all-null columns: see
+    ``decode_segment_narrow``), or ``SegmentCorrupted`` naming the file when it is missing, cannot be
     decoded (truncated, overwritten) or holds another number of rows than its ``add`` records (its
     offsets would then be wrong).  The message says what to do: restore the file, or set it aside
     with ``pubsub topics check --repair`` (its messages are then recorded as lost)."""
     path = f"{topic_path}/{seg.path}"
     try:
-        table = decode_segment(_open(io, path, seg))
+        source, data = _open(io, path, seg)
+        table = decode_segment_narrow(source, data=data) if narrow else widen(decode_segment_narrow(source, data=data))
     except BrokerPersistenceError:
         # existence is checked only when opening fails: a ``stat`` (an object store's HEAD) before
         # every open cost a fifth of decoding a tiny segment (``benchmarks/bench_trickle.py``)
@@ -286,13 +342,14 @@ def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef) -> pa.Tab
     return table
 
 
-def _open(io: FileIO, path: str, seg: SegmentRef) -> pa.NativeFile:
+def _open(io: FileIO, path: str, seg: SegmentRef) -> tuple[pa.NativeFile, bytes | None]:
     """A small local segment is read into memory with one ``pread`` of the size its ``add`` records:
     ``open_input``'s memory map costs a ``stat``, an ``mmap`` and an ``munmap`` per file, more than
     the whole file's bytes are worth, and decoding from a file handle issues a read per column and a
     ``stat`` (``pa.OSFile``'s directory check) besides: one read of the known size took ~10% off a
     tiny segment's decode (D94).  A file of another size than recorded is decoded from the file as
-    it is, so that what such a file holds (and the error about it) does not depend on this."""
+    it is, so that what such a file holds (and the error about it) does not depend on this.  Returns
+    the file to decode and, when they were read into memory, its bytes."""
     if seg.size_bytes < SMALL_SEGMENT_BYTES and io.is_local:
         full = io.abs_path(path)
         try:
@@ -303,8 +360,8 @@ def _open(io: FileIO, path: str, seg: SegmentRef) -> pa.NativeFile:
             data = os.pread(fd, seg.size_bytes + 1, 0)  # one byte more tells a longer file
         finally:
             os.close(fd)
-        return pa.BufferReader(data) if len(data) == seg.size_bytes else pa.OSFile(full)
-    return io.open_input(path)
+        return (pa.BufferReader(data), data) if len(data) == seg.size_bytes else (pa.OSFile(full), None)
+    return io.open_input(path), None
 
 
 def _damaged(path: str, seg: SegmentRef, problem: str) -> SegmentCorrupted:
@@ -322,9 +379,11 @@ __all__ = [
     "CompressionType",
     "codec_of",
     "decode_segment",
+    "decode_segment_narrow",
     "delta_schema_string",
     "encode_segment",
     "new_segment_name",
     "parquet_codec",
     "read_segment_checked",
+    "widen",
 ]
