@@ -146,13 +146,21 @@ def plan_text(base: str, plans: list[TopicRead]) -> str:
     for plan in plans:
         runs = offset_runs(plan.segments)
         topic = _quote(user_topic(plan.topic, plan.partition))
+        first = 0  # runs and files both ascend in offsets: each file's runs start where the last one's ended
         for read in plan.segments:
             seg = read.segment
             path = _quote(f"{base}/{plan.topic_path}/{seg.path}")
             lines.append(f"F {path} {seg.size_bytes} {read.row_lo} {read.row_hi} {seg.base_offset} {plan.ledger_id} "
                          f"{plan.partition} {topic} {_quote(plan.topic)}")
             lo, hi = seg.base_offset + read.row_lo, seg.base_offset + read.row_hi
-            lines.extend(f"R {r.lo} {r.hi} {r.start} {r.entry_base} {r.size}" for r in runs if r.hi > lo and r.lo < hi)
+            while runs[first].hi <= lo:
+                first += 1
+            last = first
+            while last < len(runs) and runs[last].lo < hi:
+                r = runs[last]
+                lines.append(f"R {r.lo} {r.hi} {r.start} {r.entry_base} {r.size}")
+                last += 1
+            first = max(first, last - 1)
     return "\n".join(lines)
 
 
