@@ -44,7 +44,7 @@ CACHE_ENV = "SPARK_PUBSUB_CACHE_DIR"
 
 _lock = threading.Lock()
 _built: dict[str, Path | None] = {}  # cache key -> jar, or None when it cannot be built
-_loaded: dict[int, Any] = {}  # id(session) -> the session, for sessions the jar was added to
+_loaded: dict[int, tuple[Any, bool]] = {}  # id(session) -> (the session, whether it loads the scan)
 
 
 def enabled(spark: SparkSession) -> bool:
@@ -111,32 +111,52 @@ def _build(key: str, sources: list[Path]) -> Path | None:
 
 
 def load(spark: SparkSession) -> bool:
-    """Make ``PROVIDER`` loadable by this session; False (logged) where it cannot be."""
+    """Make ``PROVIDER`` loadable by this session; False (logged once per session) where it cannot be."""
     connect = type(spark).__module__.startswith("pyspark.sql.connect")
     with _lock:
-        added = _loaded.get(id(spark)) is spark
-    if not added:
-        jar = jar_path()
-        if jar is None:
+        known = _loaded.get(id(spark))
+    if known is None or known[0] is not spark:
+        ok = _add_jar(spark, connect)
+        with _lock:
+            _loaded[id(spark)] = (spark, ok)
+        if not ok:
             return False
-        try:
-            if connect:
-                spark.addArtifacts(str(jar))
-            else:
-                spark.sql(f"ADD JAR '{jar}'")
-            with _lock:
-                _loaded[id(spark)] = spark
-        except Exception as exc:
-            log.warning("spark_pubsub: this session cannot load the JVM scan (%s); read_topic uses its "
-                        "DataFrame route", str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc)
-            return False
+    elif not known[1]:
+        return False
     if not connect:
-        # ADD JAR sets the jar's class loader as the context class loader of the calling JVM thread
-        # only; py4j runs each Python thread on a JVM thread of its own
-        jvm: Any = spark._jvm
-        loader = spark._jsparkSession.sharedState().jarClassLoader()
-        jvm.java.lang.Thread.currentThread().setContextClassLoader(loader)
+        _jar_loader_for_this_thread(spark)
     return True
+
+
+def _add_jar(spark: SparkSession, connect: bool) -> bool:
+    jar = jar_path()
+    if jar is None:
+        return False
+    try:
+        if connect:
+            spark.addArtifacts(str(jar))
+        else:
+            spark.sql(f"ADD JAR '{jar}'")
+            _jar_loader_for_this_thread(spark)
+        # resolving the schema loads the class where the session resolves data sources (on Spark
+        # Connect, on the server): a server that cannot load it fails here, not in the user's query
+        _ = spark.read.format(PROVIDER).load().schema
+    except Exception as exc:
+        # py4j's first line only names the JVM call; the Java exception follows it
+        lines = [line.strip() for line in str(exc).splitlines()
+                 if line.strip() and not line.startswith("An error occurred while calling")]
+        log.warning("spark_pubsub: this session cannot load the JVM scan (%s); read_topic uses its DataFrame route",
+                    lines[0][:300] if lines else type(exc).__name__)
+        return False
+    return True
+
+
+def _jar_loader_for_this_thread(spark: SparkSession) -> None:
+    """``ADD JAR`` makes the jar's class loader the context class loader of the calling JVM thread
+    only, and py4j runs each Python thread on a JVM thread of its own: set it for this one."""
+    jvm: Any = spark._jvm
+    loader = spark._jsparkSession.sharedState().jarClassLoader()
+    jvm.java.lang.Thread.currentThread().setContextClassLoader(loader)
 
 
 def plan_text(base: str, plans: list[TopicRead]) -> str:

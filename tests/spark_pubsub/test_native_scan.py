@@ -362,6 +362,25 @@ def test_without_javac_the_dataframe_route_reads_with_one_log_line(spark: Any, r
     assert len(lines) == 1 and "javac" in lines[0] and "DataFrame route" in lines[0], lines
 
 
+@pytest.mark.parametrize("kind", ["classic", "connect"])
+def test_a_session_that_cannot_load_the_scan_reads_by_the_dataframe_route(spark: Any, root: str, monkeypatch: Any,
+                                                                          caplog: Any, kind: str,
+                                                                          request: pytest.FixtureRequest) -> None:
+    """The jar is added but its class does not load (here: a provider name it lacks; in life, a
+    server of another Spark): one warning per session, then the DataFrame route, never a failed query."""
+    from spark_pubsub import jvm_scan
+
+    session = spark if kind == "classic" else request.getfixturevalue("connect")
+    monkeypatch.setattr(jvm_scan, "_loaded", {})
+    monkeypatch.setattr(jvm_scan, "PROVIDER", "sparkpubsub.scan.NoSuchProvider")
+    with caplog.at_level(logging.WARNING, logger="spark_pubsub.jvm_scan"):
+        first, second = read_topic(session, root, topic="small"), read_topic(session, root, topic="small")
+    assert first.orderBy("offset").collect() == second.orderBy("offset").collect() == \
+        via_source(spark, root, topic="small").collect()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "cannot load the JVM scan" in lines[0] and "NoSuchProvider" in lines[0], lines
+
+
 def test_the_jar_is_built_into_the_cache_once(tmp_path: Path, monkeypatch: Any) -> None:
     from spark_pubsub import jvm_scan
 
