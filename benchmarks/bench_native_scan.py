@@ -23,7 +23,11 @@ Rows (goal: native scan / Parquet <= 1.3):
 * reference, the ``_metadata`` cost: the strict baseline plus ``_metadata.file_name`` and
   ``_metadata.row_index`` (Spark builds the ``_metadata`` struct per row, the vectorized reader stays
   on): what naming each row's file and position costs, before any lookup;
-* native scan: ``read_topic(spark, root, topic=...)``, the source's schema and values;
+* native scan: ``read_topic(spark, root, topic=...)``, the source's schema and values (the JVM scan,
+  ``spark_pubsub.jvm_scan``, D113);
+* reference, the DataFrame route: ``read_topic`` with ``spark.pubsub.jvmScan.enabled=false`` (the
+  route before D113, and the fallback where the JVM scan cannot be built or loaded); the reference
+  rows below are variants of this route;
 * Data Source path: ``spark.read.format("pubsub")``;
 * reference, the native scan's floor: Spark's Parquet reader over the same files producing the same
   columns (the 9 the source reads, constants, ``_metadata.row_index`` as the offset and the message
@@ -100,10 +104,22 @@ def _source_reads(spark: Any, files: list[str], metadata: bool = False) -> Any:
     return rows.select(*_SEGMENT_COLUMNS, F.col("_metadata.file_name"), F.col("_metadata.row_index"))
 
 
+def _dataframe_route(spark: Any, root: Path) -> Any:
+    """``read_topic`` by its DataFrame route (the route is chosen when the DataFrame is built)."""
+    from spark_pubsub import read_topic
+    from spark_pubsub.jvm_scan import ENABLED_CONF
+
+    spark.conf.set(ENABLED_CONF, "false")
+    try:
+        return read_topic(spark, str(root), topic=TOPIC)
+    finally:
+        spark.conf.unset(ENABLED_CONF)
+
+
 def _searches_off(spark: Any, root: Path, *, maps: bool) -> Any:
     """The native scan with no searches: the file map (``maps``) or the join on the file name, and
     the join on the offset bucket when ``maps`` is off."""
-    from spark_pubsub import native_ids, read_topic
+    from spark_pubsub import native_ids
 
     saved = native_ids.FILE_SEARCH_LIMIT, native_ids.RUN_SEARCH_LIMIT, native_ids.hashed_map_entries
     native_ids.FILE_SEARCH_LIMIT = 0
@@ -111,7 +127,7 @@ def _searches_off(spark: Any, root: Path, *, maps: bool) -> Any:
         native_ids.RUN_SEARCH_LIMIT = 0
         native_ids.hashed_map_entries = lambda spark: None
     try:
-        return read_topic(spark, str(root), topic=TOPIC)
+        return _dataframe_route(spark, root)
     finally:
         native_ids.FILE_SEARCH_LIMIT, native_ids.RUN_SEARCH_LIMIT, native_ids.hashed_map_entries = saved
 
@@ -119,7 +135,7 @@ def _searches_off(spark: Any, root: Path, *, maps: bool) -> Any:
 def _string_concat_ids(spark: Any, root: Path) -> Any:
     """The native scan with its message ids concatenated as strings (``concat`` of ``string`` parts,
     as before D97), not as bytes."""
-    from spark_pubsub import native_scan, read_topic
+    from spark_pubsub import native_scan
 
     def as_strings(F: Any, ledger_id: int, partition: int, entry: Any, batch: Any) -> Any:
         tail = [F.lit(f":{partition}:-1")] if batch is None else [F.lit(f":{partition}:"), batch.cast("string")]
@@ -128,7 +144,7 @@ def _string_concat_ids(spark: Any, root: Path) -> Any:
     saved = native_scan.message_id_column
     native_scan.message_id_column = as_strings
     try:
-        return read_topic(spark, str(root), topic=TOPIC)
+        return _dataframe_route(spark, root)
     finally:
         native_scan.message_id_column = saved
 
@@ -149,6 +165,7 @@ def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]
         "strict baseline: Parquet reader, the 9 columns the source reads": lambda: _source_reads(spark, files),
         "reference: the 9 columns + _metadata file_name, row_index": lambda: _source_reads(spark, files, True),
         "native scan: spark_pubsub.read_topic": lambda: read_topic(spark, str(root), topic=TOPIC),
+        "reference: native scan, DataFrame route (JVM scan off)": lambda: _dataframe_route(spark, root),
         "Data Source path: spark.read.format('pubsub')":
             lambda: spark.read.format("pubsub").option("topic", TOPIC).load(str(root)),
         "reference: Parquet reader + the source's columns, no lookup": lambda: _floor(spark, files),
@@ -171,24 +188,26 @@ def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]
     for name in queries:
         print(f"  {name:64} {wall[name]:6.2f} s  JVM CPU {cpu[name]:6.2f} s  "
               f"(runs: {', '.join(f'{t:.2f}' for t in walls[name])})", flush=True)
-    parquet, strict, metadata, native, source, floor, file_map, joins, string_ids = queries
+    parquet, strict, metadata, native, frames, source, floor, file_map, joins, string_ids = queries
     return [("native scan / Parquet (wall)", wall[native] / wall[parquet]),
             ("native scan / Parquet (JVM CPU)", cpu[native] / cpu[parquet]),
             ("native scan / strict baseline (wall)", wall[native] / wall[strict]),
             ("native scan / strict baseline (JVM CPU)", cpu[native] / cpu[strict]),
+            ("reference: DataFrame route / Parquet (wall)", wall[frames] / wall[parquet]),
+            ("reference: DataFrame route / Parquet (JVM CPU)", cpu[frames] / cpu[parquet]),
             ("reference: _metadata columns / strict baseline (JVM CPU)", cpu[metadata] / cpu[strict]),
             ("reference: floor / strict baseline (JVM CPU)", cpu[floor] / cpu[strict]),
             ("Data Source path / Parquet (wall)", wall[source] / wall[parquet]),
             ("Data Source path / Parquet (JVM CPU)", cpu[source] / cpu[parquet]),
             ("reference: floor / Parquet (wall)", wall[floor] / wall[parquet]),
             ("reference: floor / Parquet (JVM CPU)", cpu[floor] / cpu[parquet]),
-            ("reference: native scan / floor (wall)", wall[native] / wall[floor]),
+            ("reference: DataFrame route / floor (wall)", wall[frames] / wall[floor]),
             ("reference: file map / Parquet (wall)", wall[file_map] / wall[parquet]),
             ("reference: file map / Parquet (JVM CPU)", cpu[file_map] / cpu[parquet]),
             ("reference: join paths / Parquet (wall)", wall[joins] / wall[parquet]),
             ("reference: join paths / Parquet (JVM CPU)", cpu[joins] / cpu[parquet]),
-            ("reference: native scan / string-concat ids (wall)", wall[native] / wall[string_ids]),
-            ("reference: native scan / string-concat ids (JVM CPU)", cpu[native] / cpu[string_ids])]
+            ("reference: DataFrame route / string-concat ids (wall)", wall[frames] / wall[string_ids]),
+            ("reference: DataFrame route / string-concat ids (JVM CPU)", cpu[frames] / cpu[string_ids])]
 
 
 def print_summary(ratios: list[tuple[str, float]]) -> None:

@@ -2,9 +2,12 @@
 
 The driver plans one snapshot per internal topic from the log (``native_plan``), exactly as
 ``spark.read.format("pubsub")`` would with the same options (one options model, one planner), and
-builds a DataFrame that Spark's file source reads: the segment files of that snapshot, each row's
-offset and message id computed from ``_metadata.file_name`` and ``_metadata.row_index`` by
-expressions planned on the driver (``native_ids``: no join for the usual topic).  No Python runs
+has the segment files of that snapshot read in the JVM: by the project's own DataSource V2 scan
+(``jvm_scan``, D113: Spark's vectorized Parquet reader per planned file, offsets and message ids
+filled per batch in Java) where the session can load it, else by a DataFrame that Spark's file
+source reads, each row's offset and message id computed from ``_metadata.file_name`` and
+``_metadata.row_index`` by expressions planned on the driver (``native_ids``: no join for the
+usual topic).  No Python runs
 per row, the read splits over executors like any Parquet read, and the result has exactly
 ``SOURCE_SCHEMA`` and the source's values.
 
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker_core.errors import InvalidConfiguration
 from broker_core.log.segment import SEGMENT_SCHEMA
+from spark_pubsub import jvm_scan
 from spark_pubsub.batch_reader import bounded_range
 from spark_pubsub.native_ids import FILE, ROW, positions
 from spark_pubsub.native_plan import TopicRead, plan_topic_read
@@ -176,10 +180,16 @@ def spark_can_open(spark: SparkSession, base: str, plans: list[TopicRead], *,
 
 
 def scan_plans(spark: SparkSession, base: str, plans: list[TopicRead], *, fail_on_data_loss: bool) -> DataFrame:
-    """The DataFrame of planned reads (``SOURCE_SCHEMA``), one Parquet scan per internal topic and view."""
+    """The DataFrame of planned reads (``SOURCE_SCHEMA``): the segment files of every internal topic by
+    one JVM scan (``jvm_scan``) where the session can load it, else one Parquet scan per internal
+    topic; a compacted view by one Parquet scan."""
     frames = []
+    segments = [plan for plan in plans if plan.segments]
+    jvm = bool(segments) and jvm_scan.enabled(spark) and jvm_scan.load(spark)
+    if jvm:
+        frames.append(jvm_scan.scan_segments(spark, base, segments, fail_on_data_loss=fail_on_data_loss))
     for plan in plans:
-        if plan.segments:
+        if plan.segments and not jvm:
             frames.append(_segment_frame(spark, base, plan, fail_on_data_loss))
         if plan.view is not None:
             frames.append(_view_frame(spark, base, plan, fail_on_data_loss))

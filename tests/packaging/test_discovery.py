@@ -41,6 +41,7 @@ def test_wheel_is_discovered_from_outside_the_repo(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
     assert "pyspark_pubsub/__init__.py" in names
+    assert "spark_pubsub/jvm/src/sparkpubsub/scan/PubsubScan.java" in names  # read_topic's JVM scan builds from them
     assert not any(n.startswith(("tests/", "benchmarks/", "scripts/")) for n in names)
     target = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:

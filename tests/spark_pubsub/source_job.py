@@ -304,7 +304,9 @@ def cluster_job(root: str, out: str, master: str, s3: dict[str, Any] | None = No
         rows = df.select("topic", "offset", "messageId", "key", "value").collect()
         return sorted([r.topic, r.offset, r.messageId, r.key, r.value.decode()] for r in rows)
 
-    report["native_rows"] = ids(read_topic(spark, root, topic="lc"))
+    native = read_topic(spark, root, topic="lc")
+    report["native_jvm"] = "spark_pubsub_planned_segments" in native._jdf.queryExecution().executedPlan().toString()
+    report["native_rows"] = ids(native)
     report["source_rows"] = ids(spark.read.format("pubsub").option("topic", "lc").load(root))
     compacted = compact_with_spark(spark, root, "lc")
     report["compaction"] = sorted(r.status for r in compacted.results)

@@ -24,7 +24,7 @@ from source_job import make_root, names
 from broker_core.broker.broker import Broker
 from broker_core.jobs.compaction import compact_topic
 from broker_core.topic.compacted_view import COMPACTED_DIR, decode_view, view_store
-from spark_pubsub import read_topic
+from spark_pubsub import jvm_scan, read_topic
 
 HERE = Path(__file__).resolve().parent
 MASTER = "local-cluster[2,1,1024]"
@@ -93,7 +93,9 @@ def test_end_to_end_on_a_local_cluster(spark: Any, tmp_path: Path, moto_s3: Moto
         assert cursor is not None
         assert cursor.mark_delete == broker.topic_log(part).snapshot().next_offset
         assert not any(cursor.claims.values())
-    # the native scan on the cluster: the source's rows and ids, and the same as on local[2]
+    # the native scan on the cluster (the JVM scan: its jar reaches the executors): the source's rows
+    # and ids, and the same as on local[2]
+    assert report["native_jvm"] is (jvm_scan.jar_path() is not None)
     assert report["native_rows"] == report["source_rows"] and len(report["native_rows"]) == 2000
     here = sorted([r.topic, r.offset, r.messageId, r.key, r.value.decode()] for r in read_topic(
         spark, root, topic="lc").select("topic", "offset", "messageId", "key", "value").collect())

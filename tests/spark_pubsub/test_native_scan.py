@@ -1,6 +1,8 @@
 """``spark_pubsub.read_topic``: the native scan returns exactly what ``spark.read.format("pubsub")`` does.
 
-One root holds every topic shape (batched, unbatched and chunked messages, several codecs and
+Both routes of ``read_topic`` run these tests (the ``route`` fixture): the project's JVM scan
+(``jvm_scan``) and the DataFrame route it falls back to (``native_ids``).  One root holds every
+topic shape (batched, unbatched and chunked messages, several codecs and
 partitions, retention having removed a front segment, merged segments, a compacted view); each test
 compares the two paths with chispa on the same options.  Planning is pure Python on the driver, so
 the planning tests run without Spark.
@@ -23,6 +25,7 @@ from broker_core.jobs import merge_segments, run_retention
 from broker_core.jobs.compaction import compact_topic
 from broker_core.log.segment_ref import SegmentRef
 from spark_pubsub import read_topic
+from spark_pubsub.jvm_scan import ENABLED_CONF
 from spark_pubsub.native_plan import SegmentRead, layout_runs, offset_runs, plan_topic_read, run_table
 from spark_pubsub.native_scan import spark_url
 from spark_pubsub.schema import SOURCE_SCHEMA
@@ -78,6 +81,27 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> str:
     return path
 
 
+@pytest.fixture(params=["jvm", "dataframe"])
+def route(request: pytest.FixtureRequest, spark: Any) -> Any:
+    """``read_topic``'s route for the test: the JVM scan, or the DataFrame route (``ENABLED_CONF``)."""
+    spark.conf.set(ENABLED_CONF, "true" if request.param == "jvm" else "false")
+    yield request.param
+    spark.conf.unset(ENABLED_CONF)
+
+
+@pytest.fixture
+def dataframe_route(spark: Any) -> Any:
+    """For tests of the DataFrame route's own machinery (searches, maps, joins)."""
+    spark.conf.set(ENABLED_CONF, "false")
+    yield "dataframe"
+    spark.conf.unset(ENABLED_CONF)
+
+
+def jvm_scanned(df: Any) -> bool:
+    """Whether a classic DataFrame reads through the JVM scan."""
+    return "spark_pubsub_planned_segments" in df._jdf.queryExecution().executedPlan().toString()
+
+
 def via_source(spark: Any, root: str, **options: Any) -> Any:
     reader = spark.read.format("pubsub")
     for key, value in options.items():
@@ -93,7 +117,8 @@ def assert_same(spark: Any, root: str, **options: Any) -> int:
     return expected.count()
 
 
-def test_every_topic_shape_reads_the_same_as_the_source(spark: Any, root: str) -> None:
+def test_every_topic_shape_reads_the_same_as_the_source(spark: Any, root: str, route: str) -> None:
+    assert jvm_scanned(read_topic(spark, root, topics="shapes,compacted")) == (route == "jvm")
     logs = Broker.for_url(root)
     small = logs.topic_log(logs.partitions("small")[0]).snapshot()
     assert small.first_offset > 0 and any(s.num_records > 5 for s in small.segments)  # retained, merged
@@ -110,7 +135,7 @@ def test_every_topic_shape_reads_the_same_as_the_source(spark: Any, root: str) -
                          ids=["both-joins", "file-join", "run-join", "file-map-run-join"])
 def test_the_map_and_join_paths_for_many_files_and_runs_read_the_same(spark: Any, root: str, monkeypatch: Any,
                                                                        limits: tuple[int, int],
-                                                                       hashed_maps: bool) -> None:
+                                                                       hashed_maps: bool, dataframe_route: str) -> None:
     """Above ``FILE_SEARCH_LIMIT`` files a scan looks base offsets up in a literal map (a join where
     Spark has no hashed map lookup), above ``RUN_SEARCH_LIMIT`` runs it joins: forced here on every
     shape (limit 0), partial reads included."""
@@ -128,9 +153,11 @@ def test_the_map_and_join_paths_for_many_files_and_runs_read_the_same(spark: Any
     assert_same(spark, root, topic="shapes", startingOffsets=f'{{"{first}": 5}}', endingOffsets=f'{{"{first}": 40}}')
 
 
-def test_only_the_snapshot_files_are_read_and_unused_positions_are_pruned(spark: Any, tmp_path: Path) -> None:
+def test_only_the_snapshot_files_are_read_and_unused_positions_are_pruned(spark: Any, tmp_path: Path,
+                                                                         route: str) -> None:
     """Spark reads exactly the planned files (an uncommitted segment beside them is never listed), and a
-    query that selects no position column computes none: no join, no message id."""
+    query that selects no position column computes none: no join, no message id (the JVM scan is
+    given the planned files only, and reads only the columns a query selects)."""
     root = make_root(tmp_path / "root")
     client = Client(root)
     try:
@@ -144,14 +171,17 @@ def test_only_the_snapshot_files_are_read_and_unused_positions_are_pruned(spark:
     orphan = Path(log.io.abs_path(f"{log.path}/part-{'f' * 32}.parquet"))  # as a crashed writer leaves it
     orphan.write_bytes(Path(log.io.abs_path(f"{log.path}/{sorted(committed)[0]}")).read_bytes())
     df = read_topic(spark, root, topic="files")
-    assert {f.rsplit("/", 1)[1] for f in df.inputFiles()} == committed
     assert df.count() == 50 and sorted(r.offset for r in df.select("offset").collect()) == list(range(50))
     plan = df.select("value")._jdf.queryExecution().executedPlan().toString()
-    assert "Join" not in plan and "concat" not in plan and "CASE WHEN" not in plan, plan
+    if route == "jvm":  # the pruned scan reads the value alone
+        assert "spark_pubsub_planned_segments[value#" in plan.replace(" ", ""), plan
+    else:
+        assert {f.rsplit("/", 1)[1] for f in df.inputFiles()} == committed
+        assert "Join" not in plan and "concat" not in plan and "CASE WHEN" not in plan, plan
     assert_same(spark, root, topic="files")
 
 
-def test_searches_at_their_limits_compile_to_java(spark: Any, tmp_path: Path) -> None:
+def test_searches_at_their_limits_compile_to_java(spark: Any, tmp_path: Path, dataframe_route: str) -> None:
     """A scan of ``FILE_SEARCH_LIMIT`` files and nearly ``RUN_SEARCH_LIMIT`` runs keeps Spark's generated
     code (no fallback to interpreted evaluation, which Spark would otherwise take silently), and its
     row loop stays within HotSpot's 8,000 bytes per method (a larger one is never JIT-compiled)."""
@@ -208,7 +238,7 @@ def test_the_driver_computes_sparks_own_xxhash64(spark: Any) -> None:
 
 
 def test_a_hash_collision_between_planned_files_takes_the_exact_join(spark: Any, tmp_path: Path,
-                                                                     monkeypatch: Any) -> None:
+                                                                     monkeypatch: Any, dataframe_route: str) -> None:
     from spark_pubsub import native_ids
 
     root = make_root(tmp_path / "root")
@@ -249,7 +279,7 @@ def test_a_row_from_a_file_outside_the_plan_fails_the_query(spark: Any, root: st
     assert any(r.segment.path in str(failure.value) for r in plan.segments)
 
 
-def test_offsets_timestamps_and_patterns_match(spark: Any, root: str) -> None:
+def test_offsets_timestamps_and_patterns_match(spark: Any, root: str, route: str) -> None:
     first = "persistent://public/default/shapes-partition-1"
     assert_same(spark, root, topic="shapes", startingOffsets=f'{{"{first}": 5}}',
                 endingOffsets=f'{{"{first}": 40}}')
@@ -258,13 +288,13 @@ def test_offsets_timestamps_and_patterns_match(spark: Any, root: str) -> None:
                        startingOffsets='{"compacted": 10}', endingOffsets='{"compacted": 65}') > 0
 
 
-def test_retention_loss_is_refused_or_skipped_as_the_source_does(spark: Any, root: str) -> None:
+def test_retention_loss_is_refused_or_skipped_as_the_source_does(spark: Any, root: str, route: str) -> None:
     with pytest.raises(DataLoss, match="failOnDataLoss"):
         read_topic(spark, root, topic="small", startingOffsets='{"small": 0}')
     assert_same(spark, root, topic="small", startingOffsets='{"small": 0}', failOnDataLoss=False)
 
 
-def test_bad_options_fail_as_in_the_source(spark: Any, root: str) -> None:
+def test_bad_options_fail_as_in_the_source(spark: Any, root: str, route: str) -> None:
     with pytest.raises(InvalidConfiguration, match="topic"):
         read_topic(spark, root)
     with pytest.raises(InvalidConfiguration, match="startingOffsets"):
@@ -277,7 +307,7 @@ def test_bad_options_fail_as_in_the_source(spark: Any, root: str) -> None:
         read_topic(spark, "", topic="shapes")
 
 
-def test_a_read_sees_one_snapshot_while_the_topic_grows(spark: Any, tmp_path: Path) -> None:
+def test_a_read_sees_one_snapshot_while_the_topic_grows(spark: Any, tmp_path: Path, route: str) -> None:
     root = make_root(tmp_path / "root")
     client = Client(root)
     try:
@@ -289,7 +319,7 @@ def test_a_read_sees_one_snapshot_while_the_topic_grows(spark: Any, tmp_path: Pa
         client.close()
 
 
-def test_a_file_vacuumed_after_planning_fails_or_is_skipped(spark: Any, tmp_path: Path) -> None:
+def test_a_file_vacuumed_after_planning_fails_or_is_skipped(spark: Any, tmp_path: Path, route: str) -> None:
     root = make_root(tmp_path / "root")
     client = Client(root)
     try:
@@ -315,6 +345,60 @@ def test_a_root_spark_cannot_open_falls_back_to_the_source(spark: Any, root: str
     assert len(lines) == 1 and "nosuchfs://bucket/root" in lines[0]
 
 
+def test_without_javac_the_dataframe_route_reads_with_one_log_line(spark: Any, root: str, tmp_path: Path,
+                                                                   monkeypatch: Any, caplog: Any) -> None:
+    """No ``javac`` (and no jar built before): ``read_topic`` takes the DataFrame route, says so once."""
+    from spark_pubsub import jvm_scan
+
+    monkeypatch.setenv(jvm_scan.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(jvm_scan, "_built", {})
+    monkeypatch.setattr(jvm_scan, "_loaded", {})
+    monkeypatch.setattr(jvm_scan, "_javac", lambda: None)
+    with caplog.at_level(logging.WARNING, logger="spark_pubsub.jvm_scan"):
+        first, second = read_topic(spark, root, topic="small"), read_topic(spark, root, topic="small")
+    assert not jvm_scanned(first) and not jvm_scanned(second)
+    assert_df_equality(second.orderBy("offset"), via_source(spark, root, topic="small"))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "javac" in lines[0] and "DataFrame route" in lines[0], lines
+
+
+@pytest.mark.parametrize("kind", ["classic", "connect"])
+def test_a_session_that_cannot_load_the_scan_reads_by_the_dataframe_route(spark: Any, root: str, monkeypatch: Any,
+                                                                          caplog: Any, kind: str,
+                                                                          request: pytest.FixtureRequest) -> None:
+    """The jar is added but its class does not load (here: a provider name it lacks; in life, a
+    server of another Spark): one warning per session, then the DataFrame route, never a failed query."""
+    from spark_pubsub import jvm_scan
+
+    session = spark if kind == "classic" else request.getfixturevalue("connect")
+    monkeypatch.setattr(jvm_scan, "_loaded", {})
+    monkeypatch.setattr(jvm_scan, "PROVIDER", "sparkpubsub.scan.NoSuchProvider")
+    with caplog.at_level(logging.WARNING, logger="spark_pubsub.jvm_scan"):
+        first, second = read_topic(session, root, topic="small"), read_topic(session, root, topic="small")
+    assert first.orderBy("offset").collect() == second.orderBy("offset").collect() == \
+        via_source(spark, root, topic="small").collect()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "cannot load the JVM scan" in lines[0] and "NoSuchProvider" in lines[0], lines
+
+
+def test_the_jar_is_built_into_the_cache_once(tmp_path: Path, monkeypatch: Any) -> None:
+    from spark_pubsub import jvm_scan
+
+    monkeypatch.setenv(jvm_scan.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(jvm_scan, "_built", {})
+    jar = jvm_scan.jar_path()
+    if jvm_scan._javac() is None:  # this machine cannot build it; the route above is the fallback
+        assert jar is None
+        return
+    assert jar is not None and jar.is_relative_to(tmp_path / "cache")
+    import zipfile
+
+    assert "sparkpubsub/scan/PubsubScan.class" in zipfile.ZipFile(jar).namelist()
+    monkeypatch.setattr(jvm_scan, "_built", {})
+    stamp = jar.stat().st_mtime_ns
+    assert jvm_scan.jar_path() == jar and jar.stat().st_mtime_ns == stamp  # reused, not rebuilt
+
+
 def test_spark_urls() -> None:
     assert spark_url("s3://bucket/root") == "s3a://bucket/root"
     assert spark_url("file:///data/root/") == "file:///data/root"
@@ -323,13 +407,19 @@ def test_spark_urls() -> None:
 
 @pytest.mark.parametrize("search_limit", [64, 0], ids=["search", "map"])
 def test_a_connect_session_reads_the_same(spark: Any, connect: Any, root: str, monkeypatch: Any,
-                                          search_limit: int) -> None:
+                                          search_limit: int, route: str) -> None:
+    """Both routes on Spark Connect: the JVM scan's jar reaches the server as a session artifact."""
     from spark_pubsub import native_ids
 
     monkeypatch.setattr(native_ids, "FILE_SEARCH_LIMIT", search_limit)
-    native = read_topic(connect, root, topics="shapes,small").orderBy("topic", "offset")
-    assert native.schema == SOURCE_SCHEMA
-    assert native.collect() == via_source(spark, root, topics="shapes,small").collect()
+    connect.conf.set(ENABLED_CONF, "true" if route == "jvm" else "false")
+    try:
+        native = read_topic(connect, root, topics="shapes,small").orderBy("topic", "offset")
+        assert native.schema == SOURCE_SCHEMA
+        assert native.collect() == via_source(spark, root, topics="shapes,small").collect()
+        assert ("spark_pubsub_planned_segments" in native._explain_string()) == (route == "jvm")
+    finally:
+        connect.conf.unset(ENABLED_CONF)
 
 
 # -- planning (no Spark) -------------------------------------------------------------------------------
