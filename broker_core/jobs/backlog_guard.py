@@ -44,6 +44,16 @@ class BacklogQuotaGuard:
         self._cache_s = cache_s
         self._cache: dict[TopicName, tuple[float, BacklogStatus]] = {}
         self._lock = threading.Lock()
+        self._holding: dict[int, str] = {}  # admit call (its thread) -> the status it holds a send for
+
+    def holding(self) -> str | None:
+        """Why a send of this producer is being held right now (the quota status), else None.
+
+        A blocking ``send`` whose own wait runs out while its batch is held asks this, so that it
+        reports the quota error as the hold would have, when the hold's thread (late on a busy
+        machine) has not given up within ``_HOLD_MARGIN_S`` of the deadline yet."""
+        with self._lock:
+            return next(iter(self._holding.values()), None)
 
     def _status(self, partition: TopicName, policies: EffectivePolicies) -> tuple[float, BacklogStatus]:
         now = time.monotonic()
@@ -76,6 +86,14 @@ class BacklogQuotaGuard:
             ProducerBlockedQuotaExceededError: still over quota at the deadline (``producer_request_hold``).
             AlreadyClosed: the client closed while the send was held.
         """
+        try:
+            self._admit(partition, deadline_s, closed, policy_source)
+        finally:
+            with self._lock:
+                self._holding.pop(threading.get_ident(), None)
+
+    def _admit(self, partition: TopicName, deadline_s: float | None, closed: Callable[[], bool],
+               policy_source: Callable[[], EffectivePolicies] | None) -> None:
         while True:
             policies = self._broker.policies.effective(self._topic) if policy_source is None else policy_source()
             if policies.backlog_quota_limit_size < 0 and policies.backlog_quota_limit_time < 0:
@@ -105,6 +123,8 @@ class BacklogQuotaGuard:
                 )
             if closed():
                 raise AlreadyClosed(f"the client closed while a send to {partition} was held by the quota")
+            with self._lock:
+                self._holding[threading.get_ident()] = f"{partition}: {status.describe()}"
             wake = checked_s + self._cache_s
             time.sleep(max(0.001, min(0.1, wake - now, (give_up - now) if give_up is not None else 0.1)))
 

@@ -25,7 +25,7 @@ from broker_core import (
 )
 from broker_core.broker.broker import Broker
 from broker_core.clock import ManualClock
-from broker_core.jobs import backlog, backlog_status, enforce_backlog_quota
+from broker_core.jobs import backlog, backlog_guard, backlog_status, enforce_backlog_quota
 from broker_core.jobs.backlog import bytes_from
 from broker_core.naming import TopicName
 
@@ -282,6 +282,19 @@ def test_producer_request_hold_times_out_with_the_official_error(tmp_path: Path)
         producer.send(b"held")
     assert isinstance(caught.value, Timeout)
     assert 0.6 <= time.monotonic() - started < 5
+    assert log_of(client._broker).snapshot().next_offset == 1
+    client.close()
+
+
+def test_a_held_send_whose_wait_ends_first_still_gets_the_quota_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a busy machine the hold's thread may give up after the waiting ``send`` has timed out;
+    the send must still report the quota error, not a bare timeout (seen once under CI load)."""
+    monkeypatch.setattr(backlog_guard, "_HOLD_MARGIN_S", -0.5)  # the hold gives up 0.5 s late
+    client, _ = _backlogged_client(tmp_path)
+    producer = client.create_producer(T, batching_enabled=False, send_timeout_millis=300)
+    with pytest.raises(ProducerBlockedQuotaExceededError) as caught:
+        producer.send(b"held")
+    assert "backlog quota" in str(caught.value) and isinstance(caught.value, Timeout)
     assert log_of(client._broker).snapshot().next_offset == 1
     client.close()
 
