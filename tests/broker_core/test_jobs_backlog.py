@@ -286,7 +286,9 @@ def test_producer_request_hold_times_out_with_the_official_error(tmp_path: Path)
     client.close()
 
 
-def test_a_held_send_whose_wait_ends_first_still_gets_the_quota_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_held_send_whose_wait_ends_first_still_gets_the_quota_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On a busy machine the hold's thread may give up after the waiting ``send`` has timed out;
     the send must still report the quota error, not a bare timeout (seen once under CI load)."""
     monkeypatch.setattr(backlog_guard, "_HOLD_MARGIN_S", -0.5)  # the hold gives up 0.5 s late
