@@ -344,7 +344,7 @@ def print_report(results: dict[str, dict[str, float]], opts: argparse.Namespace,
         values = [results[label].get(key, float("nan")) for label in labels]
         line = f"{title:<38}" + "".join(f"{fmt.format(v):>22}" for v in values)
         if len(labels) == 2:
-            line += f"{values[0] / values[1]:>9.2f}x" if values[1] == values[1] else f"{'-':>10}"
+            line += f"{values[0] / values[1]:>9.2f}x" if values[1] == values[1] and values[1] else f"{'-':>10}"
         if goal is not None:
             line += f"{goal[0]:>12}{('MET' if goal[1](values[0]) else 'MISSED'):>9}"
         print(line)
