@@ -116,16 +116,13 @@ def load(spark: SparkSession) -> bool:
     with _lock:
         known = _loaded.get(id(spark))
     if known is None or known[0] is not spark:
-        ok = _add_jar(spark, connect)
+        ok = _add_jar(spark, connect)  # (sets this thread's class loader on a classic session)
         with _lock:
             _loaded[id(spark)] = (spark, ok)
-        if not ok:
-            return False
-    elif not known[1]:
-        return False
-    if not connect:
-        _jar_loader_for_this_thread(spark)
-    return True
+        return ok
+    if known[1] and not connect:
+        _jar_loader_for_this_thread(spark)  # a read from another Python thread: another JVM thread
+    return known[1]
 
 
 def _add_jar(spark: SparkSession, connect: bool) -> bool:

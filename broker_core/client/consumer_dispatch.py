@@ -296,15 +296,13 @@ class ConsumerDispatch(ConsumerAcks):
         _LOG.warning("consumer %s: %s (crypto_failure_action=FAIL)", self._name, self._decryptor.last_error)
 
     def _deliver(self, index: int, part: SubscriptionPart, msgs: list[Message]) -> None:
-        if self._dead_letters is None and not any(map(_PROPERTIES, msgs)):  # nothing to decrypt or divert:
-            if msgs and msgs[0]._source != index:  # (the common read: ``messages_for`` set it on each)
-                for msg in msgs:
-                    msg._source = index
+        """Queue ``msgs`` of part ``index`` (built by ``messages_for(..., source=index)``, which set
+        each one's ``_source``), decrypting or diverting to the dead letter topic those that need it."""
+        if self._dead_letters is None and not any(map(_PROPERTIES, msgs)):  # nothing to decrypt or divert
             self._enqueue_ready(msgs)
             return
         ready: list[Message] = []
         for msg in msgs:
-            msg._source = index
             if msg._properties and ENCRYPTION_PROPERTY in msg._properties:
                 outcome = self._decryptor.open(msg)
                 if outcome is not Outcome.DELIVER:

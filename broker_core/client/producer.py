@@ -37,7 +37,6 @@ from broker_core.errors import (
     InvalidConfiguration,
     InvalidMessage,
     OperationNotSupported,
-    ProducerBlockedQuotaExceededError,
     ProducerQueueIsFull,
     PulsarException,
     Timeout,
@@ -196,12 +195,9 @@ class Producer(ProducerSender):
         assert pending is not None  # a send that waits always has its PendingMessage
         with self._done_cond:
             if not self._done_cond.wait_for(lambda: pending.done, timeout=self._send_timeout_s):
-                held = self._quota.holding()
-                if held is not None:  # the hold's own give-up is late (a busy machine): same error as it
-                    raise ProducerBlockedQuotaExceededError(
-                        f"send to {self._topic} was held by the backlog quota ({held}) until the send timeout "
-                        f"ran out; the policy is producer_request_hold: consumers must catch up",
-                        topic=str(self._topic))
+                held = self._quota.held_error()
+                if held is not None:  # the hold's own give-up is late (a busy machine): its error all the same
+                    raise held
                 raise Timeout(f"send to {self._topic} did not complete within the send timeout", topic=str(self._topic))
         if pending.error is not None:
             raise pending.error

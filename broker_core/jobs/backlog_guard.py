@@ -44,16 +44,17 @@ class BacklogQuotaGuard:
         self._cache_s = cache_s
         self._cache: dict[TopicName, tuple[float, BacklogStatus]] = {}
         self._lock = threading.Lock()
-        self._holding: dict[int, str] = {}  # admit call (its thread) -> the status it holds a send for
+        self._holding: dict[int, tuple[TopicName, BacklogStatus]] = {}  # admit call (its thread) -> what it holds
 
-    def holding(self) -> str | None:
-        """Why a send of this producer is being held right now (the quota status), else None.
+    def held_error(self) -> ProducerBlockedQuotaExceededError | None:
+        """The error of a send of this producer that is being held right now, else None.
 
         A blocking ``send`` whose own wait runs out while its batch is held asks this, so that it
         reports the quota error as the hold would have, when the hold's thread (late on a busy
         machine) has not given up within ``_HOLD_MARGIN_S`` of the deadline yet."""
         with self._lock:
-            return next(iter(self._holding.values()), None)
+            held = next(iter(self._holding.values()), None)
+        return None if held is None else _held_error(*held)
 
     def _status(self, partition: TopicName, policies: EffectivePolicies) -> tuple[float, BacklogStatus]:
         now = time.monotonic()
@@ -116,17 +117,21 @@ class BacklogQuotaGuard:
             now = time.monotonic()
             give_up = None if deadline_s is None else deadline_s - _HOLD_MARGIN_S
             if give_up is not None and now >= give_up:
-                raise ProducerBlockedQuotaExceededError(
-                    f"send to {partition} was held by the backlog quota ({status.describe()}) until the send "
-                    f"timeout ran out; the policy is {HOLD}: consumers must catch up",
-                    topic=str(partition),
-                )
+                raise _held_error(partition, status)
             if closed():
                 raise AlreadyClosed(f"the client closed while a send to {partition} was held by the quota")
             with self._lock:
-                self._holding[threading.get_ident()] = f"{partition}: {status.describe()}"
+                self._holding[threading.get_ident()] = (partition, status)
             wake = checked_s + self._cache_s
             time.sleep(max(0.001, min(0.1, wake - now, (give_up - now) if give_up is not None else 0.1)))
+
+
+def _held_error(partition: TopicName, status: BacklogStatus) -> ProducerBlockedQuotaExceededError:
+    return ProducerBlockedQuotaExceededError(
+        f"send to {partition} was held by the backlog quota ({status.describe()}) until the send "
+        f"timeout ran out; the policy is {HOLD}: consumers must catch up",
+        topic=str(partition),
+    )
 
 
 __all__ = ["BacklogQuotaGuard"]

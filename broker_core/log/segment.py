@@ -11,6 +11,7 @@ Compression is the file's Parquet codec; readers learn it from the file itself.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import os
 import re
@@ -244,19 +245,15 @@ def _all_null_columns(metadata: pq.FileMetaData, *, known_schema: bool = False) 
     return frozenset(nulls)
 
 
-_WRITTEN_SCHEMA: list[bytes | None] = []  # the footer prefix of ``encode_segment``'s schema, once known
-
-
+@functools.cache
 def _written_schema() -> bytes | None:
     """The footer prefix that holds the schema ``encode_segment`` writes (``segment_footer``): taken
     once from two encoded tables of one and two rows."""
-    if not _WRITTEN_SCHEMA:
-        def rows(n: int) -> pa.Table:
-            return pa.Table.from_arrays([pa.nulls(n, f.type) if f.nullable else pa.array([0] * n).cast(f.type)
-                                         for f in SEGMENT_SCHEMA], schema=SEGMENT_SCHEMA)
-        _WRITTEN_SCHEMA.append(schema_prefix(encode_segment(rows(1)).to_pybytes(), encode_segment(rows(2)).to_pybytes(),
-                                             [leaf.name for leaf in SEGMENT_SCHEMA]))
-    return _WRITTEN_SCHEMA[0]
+    def rows(n: int) -> pa.Table:
+        return pa.Table.from_arrays([pa.nulls(n, f.type) if f.nullable else pa.array([0] * n).cast(f.type)
+                                     for f in SEGMENT_SCHEMA], schema=SEGMENT_SCHEMA)
+    return schema_prefix(encode_segment(rows(1)).to_pybytes(), encode_segment(rows(2)).to_pybytes(),
+                         [leaf.name for leaf in SEGMENT_SCHEMA])
 
 
 class _Plan:
@@ -328,7 +325,9 @@ def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef, *, narrow
     path = f"{topic_path}/{seg.path}"
     try:
         source, data = _open(io, path, seg)
-        table = decode_segment_narrow(source, data=data) if narrow else widen(decode_segment_narrow(source, data=data))
+        table = decode_segment_narrow(source, data=data)
+        if not narrow:
+            table = widen(table)
     except BrokerPersistenceError:
         # existence is checked only when opening fails: a ``stat`` (an object store's HEAD) before
         # every open cost a fifth of decoding a tiny segment (``benchmarks/bench_trickle.py``)

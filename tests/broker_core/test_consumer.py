@@ -478,14 +478,19 @@ def test_cumulative_ack_forgets_only_what_it_covers(client: Client) -> None:
     consumer.close()
 
 
+def _fill_partitioned(client: Client, topic: str, *, partitions: int, count: int) -> None:
+    """A partitioned topic holding messages ``m0``.. ``m{count-1}``, each with its own partition key."""
+    client._broker.admin.create_partitioned_topic(topic, partitions)
+    producer = client.create_producer(topic)
+    for i in range(count):
+        producer.send(f"m{i}".encode(), partition_key=f"k{i}")
+    producer.close()
+
+
 def test_cumulative_ack_on_a_partitioned_topic_covers_only_its_partition(client: Client) -> None:
     """The consumer keys what it holds by partition and offset together: a cumulative ack forgets
     the messages of its own partition up to it, and none of another partition's (even at lower offsets)."""
-    client._broker.admin.create_partitioned_topic("pc", 3)
-    producer = client.create_producer("pc")
-    for i in range(12):
-        producer.send(f"m{i}".encode(), partition_key=f"k{i}")
-    producer.close()
+    _fill_partitioned(client, "pc", partitions=3, count=12)
     consumer = subscribe(client, "pc")
     by_partition: dict[int, list[Message]] = {}
     for msg in receive_n(consumer, 12):
@@ -776,11 +781,7 @@ def test_multi_topic_subscription(client: Client) -> None:
 
 @BOTH_CLIENTS
 def test_partitioned_topic_subscription(client: Client) -> None:
-    client._broker.admin.create_partitioned_topic("pt", 3)
-    producer = client.create_producer("pt")
-    for i in range(9):
-        producer.send(f"m{i}".encode(), partition_key=f"k{i}")
-    producer.close()
+    _fill_partitioned(client, "pt", partitions=3, count=9)
     consumer = subscribe(client, "pt")
     msgs = receive_n(consumer, 9)
     assert sorted(values(msgs)) == sorted(f"m{i}" for i in range(9))
