@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from broker_core.message_id import MessageId
 from broker_core.schema.base import Schema
+from broker_core.schema.constant_column import constant_value
 from broker_core.schema.primitive import BytesSchema, StringSchema
 
 if TYPE_CHECKING:
@@ -192,7 +193,8 @@ class RowBatch:
                  "_versions", "ledger_id", "partition", "payloads", "record_at", "topic")
 
     def __init__(self, payloads: list[bytes | None], entries: np.ndarray, indexes: np.ndarray, *, ledger_id: int,
-                 partition: int, topic: str, schema: Schema | None, table: pa.Table) -> None:
+                 partition: int, topic: str, schema: Schema | None, table: pa.Table,
+                 versions: list[bytes | None] | None = None) -> None:
         self.payloads = payloads  # the messages' own ``_data`` objects: a replaced payload is not in here
         self._entries = entries  # as arrays until the first ``message_id`` (most reads never ask: D112)
         self._indexes = indexes
@@ -202,7 +204,8 @@ class RowBatch:
         self.topic = topic
         self._schema = schema
         self._column: pa.ChunkedArray | None = table.column("value") if schema is not None else None
-        self._versions: pa.ChunkedArray | None = table.column("schema_version") if schema is not None else None
+        # the rows' distinct schema versions (None: not known yet, found when the batch decodes)
+        self._versions: list[bytes | None] | None = versions
         self._values: dict[int, Any] | None = None if schema is not None else {}
         self._table = table  # the rows themselves: what ``sent`` converts when first asked
         self._sent_rows: list[_Sent] | None = None
@@ -233,10 +236,13 @@ class RowBatch:
             return record_at(row)
         values = self._values
         if values is None:
-            column, versions, self._column, self._versions = self._column, self._versions, None, None
+            column, self._column = self._column, None
             decoded = None
-            if self._schema is not None and column is not None and versions is not None:
-                decoded = self._schema.decode_values(column.combine_chunks(), versions.combine_chunks(), self.topic)
+            if self._schema is not None and column is not None:
+                versions = self._versions
+                if versions is None:
+                    versions = pc.unique(self._table.column("schema_version")).to_pylist()
+                decoded = self._schema.decode_values(column.combine_chunks(), versions, self.topic)
             if callable(decoded):
                 self.record_at = decoded
                 return decoded(row)
@@ -262,14 +268,8 @@ def _shared_values(table: pa.Table, name: str) -> Iterable[Any]:
     """``_values`` of a column that mostly holds one value for a whole read (the producer name, the
     schema version): then ``repeat`` of one Python object, not one per row."""
     column = table.column(name)
-    n = len(column)
-    if column.null_count == n:
-        return repeat(None)
-    if column.null_count == 0 and n > 1:
-        distinct = pc.unique(column)
-        if len(distinct) == 1:
-            return repeat(distinct[0].as_py())
-    return column.to_pylist()
+    constant, value = constant_value(column)
+    return repeat(value) if constant else column.to_pylist()
 
 
 def _ms(table: pa.Table, name: str, null: int | None) -> Iterable[int | None]:
@@ -314,11 +314,14 @@ def messages_from_rows(
     values = table.column("value").to_pylist()
     n = len(values)
     decodes = schema is not None and schema.batch_decodes and n >= _MIN_BATCH_ROWS
+    one_version, version = constant_value(table.column("schema_version"))  # (almost always: one writer)
     batch = RowBatch(values, entry_ids, batch_indexes, ledger_id=ledger_id, partition=partition,
-                     topic=topic, schema=schema if decodes else None, table=table)
+                     topic=topic, schema=schema if decodes else None, table=table,
+                     versions=[version] if one_version else None)
     hashes = table.column("sticky_key_hash")  # (never null: written by every producer)
     return list(map(
-        _received, values, _values(table, "key"), _properties(table), _shared_values(table, "schema_version"),
+        _received, values, _values(table, "key"), _properties(table),
+        repeat(version) if one_version else table.column("schema_version").to_pylist(),
         repeat(topic), repeat(schema), offsets.tolist(),
         hashes.to_pylist() if hashes.null_count == 0 else [h or 0 for h in hashes.to_pylist()],
         repeat(batch), range(n), repeat(source),

@@ -96,11 +96,31 @@ class Consumer(ConsumerDispatch):
                     self._unacked[key] = msg
                     if self._ack_timeout_s is not None:
                         self._deadlines[key] = time.monotonic() + self._ack_timeout_s
-                    if len(queue) < self._refill_below and not self._refill_asked:
+                    if len(queue) < self._refill_below and not self._refill_asked and self._read_ahead:
                         self._refill_asked = True
                         self._wake.set()
                     return msg
         return self._receive_waiting(timeout_millis)
+
+    def _fill_here(self) -> None:
+        """Read into the empty receiver queue on the calling thread, unless the dispatcher is reading
+        now (its messages then come through the queue).
+
+        On a folder a read is CPU work under the GIL: the dispatcher doing it in parallel buys nothing,
+        and every hand-off between the two threads moved the messages' working set between cores, which
+        cost up to a fifth of a backlog's drain (D115, D117).  A failed round is left to the dispatcher,
+        which meets the error again and handles it as always (retries, reports damage, stops on a
+        deleted topic); an interrupt (``KeyboardInterrupt``) propagates, the read undone (``_unread``).
+        """
+        if not self._tick_lock.acquire(blocking=False):
+            return
+        try:
+            if not self._closed:
+                self._tick()
+        except Exception:
+            self._wake.set()
+        finally:
+            self._tick_lock.release()
 
     def _receive_waiting(self, timeout_millis: int | None) -> Message:
         if self._listener is not None:
@@ -109,6 +129,8 @@ class Consumer(ConsumerDispatch):
         if timeout_millis is not None:
             check_type_or_none(int, timeout_millis, "timeout_millis")
             deadline = time.monotonic() + timeout_millis / 1000
+        if self._queue_size and not self._queue:
+            self._fill_here()
         with self._lock:
             while True:
                 if self._closed:

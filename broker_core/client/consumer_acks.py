@@ -85,6 +85,9 @@ class ConsumerAcks(ConsumerBase):
         self._type = consumer_type
         self._queue_size = receiver_queue_size
         self._refill_below = receiver_queue_size // 2  # the dispatcher refills the queue below this
+        # ... ahead of the application only where a read waits for the network (D117): a folder's reads
+        # are CPU work under the GIL, done by the receiving thread when its queue runs dry
+        self._read_ahead = not client._broker.io.is_local
         self._receiving = 0  # receive() calls waiting now: a zero queue fetches only for them
         self._listener = message_listener
         self._ack_timeout_s = None if not unacked_messages_timeout_ms else unacked_messages_timeout_ms / 1000

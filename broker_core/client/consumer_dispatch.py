@@ -209,8 +209,23 @@ class ConsumerDispatch(ConsumerAcks):
                     if good:
                         self._deliver(index, part, part.messages_for(good, cursor, source=index))
                     raise
+                except BaseException:
+                    self._unread(index, part, offsets, claimed=held is None)
+                    raise
                 self._deliver(index, part, msgs)
         return changed
+
+    def _unread(self, index: int, part: SubscriptionPart, offsets: list[int], *, claimed: bool) -> None:
+        """Undo a read whose messages were never queued (a storage error, or an interrupt of a read on
+        the application's thread: ``Consumer._fill_here``), so that they are read again, not skipped:
+        an in-order read moves its position back; claimed offsets are given back to the subscription
+        at the next round (counted as a redelivery, as a failed dispatch is)."""
+        self._seen.pop(index, None)
+        if claimed:
+            with self._cv:
+                self._redeliveries.setdefault(index, []).extend(offsets)
+        elif part.read_pos >= 0:
+            part.read_pos = min(part.read_pos, offsets[0])
 
     def _held_locally(self, index: int, part: SubscriptionPart) -> tuple[set[int], int]:
         """What this consumer holds of part ``index`` (see ``_read_in_order``): the offsets, and the

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import fastavro
 import pyarrow as pa
-import pyarrow.compute as pc
 from fastavro._read_common import SchemaResolutionError
 
 from broker_core.errors import PayloadTypeError, PulsarException, SchemaDefinitionError, SchemaNotFound
@@ -139,7 +138,7 @@ class AvroSchema(Schema):
     def decode(self, data: bytes) -> Any:
         return self._result(_read(io.BytesIO(data), self._parsed, None))
 
-    def decode_values(self, payloads: pa.Array, versions: pa.Array | None,
+    def decode_values(self, payloads: pa.Array, versions: list[bytes | None],
                       topic: str) -> list[Any] | Callable[[int], Any] | None:
         """The values of a whole column of payloads (one segment read) decoded at once, or None when
         this batch must be decoded message by message (the results would not be the same).
@@ -152,14 +151,13 @@ class AvroSchema(Schema):
         """
         if not self.batch_decodes or payloads.null_count or payloads.type != pa.binary():
             return None
-        if versions is not None and versions.null_count < len(versions):
-            for version in pc.unique(versions).to_pylist():
-                try:
-                    writer = None if version is None else writer_info(self, topic, version)
-                except PulsarException:
-                    return None
-                if writer is not None and writer.definition != self._text:
-                    return None
+        for version in versions:
+            try:
+                writer = None if version is None else writer_info(self, topic, version)
+            except PulsarException:
+                return None
+            if writer is not None and writer.definition != self._text:
+                return None
         try:
             column = decode_unresolved(payloads, _definition_json(self._text))
         except Exception:  # Unsupported, or anything else: each message decodes alone, or reports its own

@@ -79,7 +79,7 @@ class Schema(ABC):
 
     def decode_values(self, payloads: Any, versions: Any, topic: str) -> list[Any] | Callable[[int], Any] | None:
         """The values of a column of payloads read together (``payloads``: a pyarrow binary array,
-        ``versions`` its ``schema_version`` column), each exactly what ``decode_message`` would give
+        ``versions``: the distinct schema versions its messages carry), each exactly what ``decode_message`` would give
         for its message once passed to ``value_of_datum`` (each datum is handed out once); or a function
         from a row's index to a new value of that row at every call (the batch may ask for a row again);
         None when the batch must be decoded message by message (the default)."""

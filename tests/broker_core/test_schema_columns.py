@@ -219,3 +219,29 @@ def test_the_vectorised_decoder_matches_fastavro_on_any_rows(rows: list[dict[str
     info = schema.schema_info()
     decoded = avro_vector.decode_records(payloads, info.parsed(), info.parsed(), arrow_type(info))
     assert decoded.to_pylist() == [schema.decode(p) for p in payloads.to_pylist()]
+    # a slice (a read of part of a segment: the array shares the whole column's buffers) decodes alone
+    half = len(rows) // 2
+    tail = avro_vector.decode_records(payloads.slice(half), info.parsed(), info.parsed(), arrow_type(info))
+    assert tail.to_pylist() == decoded.to_pylist()[half:]
+
+
+@pytest.mark.parametrize(("column", "expected"), [
+    (pa.array([b"\x00\x01"] * 5, pa.binary()), (True, b"\x00\x01")),
+    (pa.array([b"ab", b"ab", b"ac"], pa.binary()), (False, None)),
+    (pa.array([b"ab", b"abc", b"a"], pa.binary()), (False, None)),  # same total length, other widths
+    (pa.array([b"ab", b"a", b"ab", b"a"], pa.binary()).slice(1, 1), (True, b"a")),
+    (pa.array([b"x", b"y", b"y", b"y"], pa.binary()).slice(1), (True, b"y")),  # a slice ignores row 0
+    (pa.array(["p", "p"], pa.string()), (True, "p")),
+    (pa.array([b"", b""], pa.binary()), (True, b"")),
+    (pa.array([None, None], pa.binary()), (True, None)),
+    (pa.array([b"a", None], pa.binary()), (False, None)),
+    (pa.array([], pa.binary()), (False, None)),
+    (pa.chunked_array([[b"v1"], [b"v1", b"v1"]], pa.binary()), (True, b"v1")),
+    (pa.chunked_array([[b"v1"], [b"v2"]], pa.binary()), (False, None)),
+    (pa.array([3, 3, 3]), (True, 3)),
+    (pa.array([3, 4]), (False, None)),
+])
+def test_constant_value_tells_a_one_value_column(column: pa.Array, expected: tuple[bool, object]) -> None:
+    from broker_core.schema.constant_column import constant_value
+
+    assert constant_value(column) == expected
