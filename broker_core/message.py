@@ -189,12 +189,13 @@ class RowBatch:
     every message decodes alone.
     """
 
-    __slots__ = ("_column", "_entries", "_ids", "_indexes", "_schema", "_sent_rows", "_table", "_values",
-                 "_versions", "ledger_id", "partition", "payloads", "record_at", "topic")
+    __slots__ = ("_column", "_entries", "_ids", "_indexes", "_schema", "_segment_rows", "_sent_rows", "_table",
+                 "_values", "_versions", "ledger_id", "partition", "payloads", "record_at", "topic")
 
     def __init__(self, payloads: list[bytes | None], entries: np.ndarray, indexes: np.ndarray, *, ledger_id: int,
                  partition: int, topic: str, schema: Schema | None, table: pa.Table,
-                 versions: list[bytes | None] | None = None) -> None:
+                 versions: list[bytes | None] | None = None,
+                 segment_rows: Callable[[], Any] | None = None) -> None:
         self.payloads = payloads  # the messages' own ``_data`` objects: a replaced payload is not in here
         self._entries = entries  # as arrays until the first ``message_id`` (most reads never ask: D112)
         self._indexes = indexes
@@ -206,6 +207,8 @@ class RowBatch:
         self._column: pa.ChunkedArray | None = table.column("value") if schema is not None else None
         # the rows' distinct schema versions (None: not known yet, found when the batch decodes)
         self._versions: list[bytes | None] | None = versions
+        # these rows of their segment's decoded payloads (``client/segment_values.py``), if it has them
+        self._segment_rows = segment_rows
         self._values: dict[int, Any] | None = None if schema is not None else {}
         self._table = table  # the rows themselves: what ``sent`` converts when first asked
         self._sent_rows: list[_Sent] | None = None
@@ -239,10 +242,14 @@ class RowBatch:
             column, self._column = self._column, None
             decoded = None
             if self._schema is not None and column is not None:
-                versions = self._versions
-                if versions is None:
-                    versions = pc.unique(self._table.column("schema_version")).to_pylist()
-                decoded = self._schema.decode_values(column.combine_chunks(), versions, self.topic)
+                rows = None if self._segment_rows is None else self._segment_rows()
+                if rows is not None:
+                    decoded = self._schema.values_of(rows)
+                else:
+                    versions = self._versions
+                    if versions is None:
+                        versions = pc.unique(self._table.column("schema_version")).to_pylist()
+                    decoded = self._schema.decode_values(column.combine_chunks(), versions, self.topic)
             if callable(decoded):
                 self.record_at = decoded
                 return decoded(row)
@@ -301,6 +308,7 @@ def messages_from_rows(
     topic: str,
     schema: Schema | None = None,
     source: int = -1,
+    segment_rows: Callable[[], Any] | None = None,
 ) -> list[Message]:
     """Build ``Message`` objects from segment rows (one per row; chunks are not merged here).
 
@@ -309,7 +317,8 @@ def messages_from_rows(
     constant one, is a ``repeat`` of one value): no Python bytecode per row besides ``_received``.
     What most applications never ask for is left to the shared ``RowBatch``: the ``MessageId``
     (built by ``message_id()``), the sent fields (``RowBatch.sent``) and the decoded value (decoded
-    for the whole batch by the first ``value()``).
+    for the whole batch by the first ``value()``; ``segment_rows``: where to take it from instead, the
+    rows' slice of their segment's decoded payloads, ``SegmentValues.source_for``).
     """
     values = table.column("value").to_pylist()
     n = len(values)
@@ -317,7 +326,7 @@ def messages_from_rows(
     one_version, version = constant_value(table.column("schema_version"))  # (almost always: one writer)
     batch = RowBatch(values, entry_ids, batch_indexes, ledger_id=ledger_id, partition=partition,
                      topic=topic, schema=schema if decodes else None, table=table,
-                     versions=[version] if one_version else None)
+                     versions=[version] if one_version else None, segment_rows=segment_rows)
     hashes = table.column("sticky_key_hash")  # (never null: written by every producer)
     return list(map(
         _received, values, _values(table, "key"), _properties(table),

@@ -107,8 +107,8 @@ class Consumer(ConsumerDispatch):
         now (its messages then come through the queue).
 
         On a folder a read is CPU work under the GIL: the dispatcher doing it in parallel buys nothing,
-        and every hand-off between the two threads moved the messages' working set between cores, which
-        cost up to a fifth of a backlog's drain (D115, D117).  A failed round is left to the dispatcher,
+        and the hand-offs between the two threads moved the messages' working set between cores, which
+        made some processes' consumes a third dearer (D115, D117).  A failed round is left to the dispatcher,
         which meets the error again and handles it as always (retries, reports damage, stops on a
         deleted topic); an interrupt (``KeyboardInterrupt``) propagates, the read undone (``_unread``).
         """

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from broker_core.client.segment_values import SegmentValues
 from broker_core.errors import SubscriptionNotFound
 from broker_core.log.snapshot import Snapshot
 from broker_core.message import Message, Schema, messages_from_rows
@@ -106,6 +107,7 @@ class SubscriptionPart:
         self.active = False
         self.chunks: dict[str, list[Message]] = {}
         self._claimed_rows: tuple[pa.Table, np.ndarray] | None = None  # the last claim's window rows
+        self._segment_values = SegmentValues(log, schema, display_topic)
 
     # -- membership ----------------------------------------------------------------------------------
 
@@ -357,7 +359,7 @@ class SubscriptionPart:
         snap = self.log.log.cached_snapshot()
         msgs = messages_from_rows(rows, chosen, entries, batches, ledger_id=snap.ledger_id,
                                   partition=self.partition, topic=self.display_topic, schema=self.schema,
-                                  source=source)
+                                  source=source, segment_rows=self._segment_values.source_for(chosen))
         counts = cursor.redelivery if cursor is not None else {}
         if counts:  # (most reads redeliver nothing: no pass over the messages then)
             for msg in msgs:

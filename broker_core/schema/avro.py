@@ -138,10 +138,9 @@ class AvroSchema(Schema):
     def decode(self, data: bytes) -> Any:
         return self._result(_read(io.BytesIO(data), self._parsed, None))
 
-    def decode_values(self, payloads: pa.Array, versions: list[bytes | None],
-                      topic: str) -> list[Any] | Callable[[int], Any] | None:
-        """The values of a whole column of payloads (one segment read) decoded at once, or None when
-        this batch must be decoded message by message (the results would not be the same).
+    def decode_batch(self, payloads: pa.Array, versions: list[bytes | None], topic: str) -> pa.Array | None:
+        """A whole column of payloads (a segment, or one read of it) decoded at once, or None when this
+        batch must be decoded message by message (the results would not be the same).
 
         The NumPy decoder (``avro_vector``, the one the Spark source uses) runs only
         when every payload is non-null and was written with this very schema (no resolution): those
@@ -159,15 +158,18 @@ class AvroSchema(Schema):
             if writer is not None and writer.definition != self._text:
                 return None
         try:
-            column = decode_unresolved(payloads, _definition_json(self._text))
+            return decode_unresolved(payloads, _definition_json(self._text))
         except Exception:  # Unsupported, or anything else: each message decodes alone, or reports its own
             return None  # error, exactly as without this shortcut
+
+    def values_of(self, column: pa.Array) -> list[Any] | Callable[[int], Any]:
         if self._records_of_columns is not None and pa.types.is_struct(column.type):
             # the fields as one list each, a record built by ``value()`` from its row of them: no object per
             # row until asked for (a tuple per row was one more allocation for the collector to count, and
             # records built ahead would wait in the receiver queue and be scanned by every full collection)
             return self._records_of_columns(*(column.field(i).to_pylist() for i in range(column.type.num_fields)))
-        return column.to_pylist()
+        values: list[Any] = column.to_pylist()
+        return values
 
     def value_of_datum(self, datum: Any) -> Any:
         """The value of one datum of ``decode_values`` (a record is built only when asked for: records

@@ -52,7 +52,7 @@ class _Reader:
         ~1,000 rows the calls, not the rows, are the cost.
         """
         p = self.pos[rows]
-        first = self.data[p]
+        first = self.data[np.minimum(p, len(self.data) - 1)]  # (bad data may point past the end)
         if not (first & 0x80).any():  # every varint is one byte
             self.pos[rows] = p + 1
             value = first.astype(np.int64)

@@ -79,11 +79,23 @@ class Schema(ABC):
 
     def decode_values(self, payloads: Any, versions: Any, topic: str) -> list[Any] | Callable[[int], Any] | None:
         """The values of a column of payloads read together (``payloads``: a pyarrow binary array,
-        ``versions``: the distinct schema versions its messages carry), each exactly what ``decode_message`` would give
-        for its message once passed to ``value_of_datum`` (each datum is handed out once); or a function
-        from a row's index to a new value of that row at every call (the batch may ask for a row again);
-        None when the batch must be decoded message by message (the default)."""
+        ``versions``: the distinct schema versions its messages carry), each exactly what
+        ``decode_message`` would give for its message once passed to ``value_of_datum`` (each datum is
+        handed out once); or a function from a row's index to a new value of that row at every call
+        (the batch may ask for a row again); None when the batch must be decoded message by message."""
+        column = self.decode_batch(payloads, versions, topic)
+        return None if column is None else self.values_of(column)
+
+    def decode_batch(self, payloads: Any, versions: Any, topic: str) -> Any:
+        """``decode_values``'s first half: the payloads decoded into one Arrow column (what a slice of
+        rows can be taken from), or None when the batch must be decoded message by message (the
+        default)."""
         return None
+
+    def values_of(self, column: Any) -> list[Any] | Callable[[int], Any]:
+        """``decode_values``'s second half: the values of (a slice of) a ``decode_batch`` column."""
+        values: list[Any] = column.to_pylist()
+        return values
 
     def value_of_datum(self, datum: Any) -> Any:
         """The value of one item of ``decode_values``'s list (built when the message asks for it)."""

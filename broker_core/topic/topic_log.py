@@ -346,6 +346,10 @@ class TopicLog(Waiters):
             cached = self._cache.get(seg.path)
         return cached if cached is not None else self._decode(seg)
 
+    def cached_segment_rows(self, seg: SegmentRef) -> pa.Table | None:
+        """``segment_rows`` if the segment is in the cache (None: not read, no storage call)."""
+        return self._cache.get(seg.path)
+
     def _warm(self, seg: SegmentRef) -> None:
         """The readahead thread's work: decode ``seg`` into the cache unless it is there."""
         if seg.path not in self._cache:

@@ -219,3 +219,90 @@ def test_a_reader_takes_the_batch_path_too(client: Client, fastavro_calls: list[
         reader.close()
     assert [msg.value() for msg in msgs] == sent
     assert not fastavro_calls
+
+
+# -- a segment decoded once for all its reads (``client/segment_values.py``, D118) -----------------
+
+SEGMENT = 1_000  # one segment (one producer batch) read in reads of READ rows, not aligned with it
+READ = 300
+
+
+@pytest.fixture
+def batch_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of payloads of each batch decode."""
+    sizes: list[int] = []
+    real = avro_module.AvroSchema.decode_batch
+
+    def counting(self: avro_module.AvroSchema, payloads: Any, *args: Any) -> Any:
+        sizes.append(len(payloads))
+        return real(self, payloads, *args)
+
+    monkeypatch.setattr(avro_module.AvroSchema, "decode_batch", counting)
+    return sizes
+
+
+def _one_segment(client: Client, topic: str, values: list[Any], schema: m.Schema | None = None) -> None:
+    producer = client.create_producer(topic, schema=schema or m.AvroSchema(Plain), batching_enabled=True,
+                                      batching_max_messages=SEGMENT, batching_max_publish_delay_ms=60_000,
+                                      block_if_queue_full=True)
+    for value in values:
+        producer.send_async(value, None)
+    producer.flush()
+    producer.close()
+
+
+def _values_in_reads(client: Client, topic: str, n: int, schema: m.Schema | None = None) -> list[Any]:
+    consumer = client.subscribe(topic, "s", schema=schema or m.AvroSchema(Plain),
+                                initial_position=InitialPosition.Earliest, receiver_queue_size=READ)
+    try:
+        values = []
+        for _ in range(n):
+            msg = consumer.receive(10_000)
+            values.append(msg.value())
+            consumer.acknowledge(msg)
+        return values
+    finally:
+        consumer.close()
+
+
+def test_the_reads_of_one_segment_share_one_decode(client: Client, batch_decodes: list[int],
+                                                   fastavro_calls: list[int]) -> None:
+    sent = [_plain(i) for i in range(SEGMENT)]
+    _one_segment(client, "shared-decode", sent)
+    assert _values_in_reads(client, "shared-decode", SEGMENT) == sent
+    # the whole segment once; the last read (100 rows) is below the batch minimum and so is its own
+    assert batch_decodes == [SEGMENT]
+    assert len(fastavro_calls) == SEGMENT % READ
+
+
+def test_a_segment_that_cannot_decode_at_once_leaves_each_read_its_own(
+        client: Client, batch_decodes: list[int], fastavro_calls: list[int]) -> None:
+    sent: list[Plain | None] = [_plain(i) for i in range(SEGMENT - 1)] + [None]  # a tombstone, last
+    _one_segment(client, "tombstone-last", sent)
+    assert _values_in_reads(client, "tombstone-last", SEGMENT) == sent
+    assert batch_decodes[0] == SEGMENT and batch_decodes[1:] == [READ] * (SEGMENT // READ)
+    assert len(fastavro_calls) == SEGMENT % READ - 1  # the last read, one by one (a tombstone has none)
+
+
+@pytest.mark.parametrize("why", ["evicted", "big"])
+def test_without_the_segment_each_read_decodes_its_own_rows(
+        client: Client, batch_decodes: list[int], monkeypatch: pytest.MonkeyPatch, why: str) -> None:
+    from broker_core.client import segment_values
+    from broker_core.topic.topic_log import TopicLog
+
+    if why == "evicted":  # the log's cache let the segment go: no storage call for it from value()
+        monkeypatch.setattr(TopicLog, "cached_segment_rows", lambda self, seg: None)
+    else:
+        monkeypatch.setattr(segment_values, "MAX_SEGMENT_ROWS", SEGMENT - 1)
+    sent = [_plain(i) for i in range(SEGMENT)]
+    _one_segment(client, f"own-{why}", sent)
+    assert _values_in_reads(client, f"own-{why}", SEGMENT) == sent
+    assert batch_decodes == [READ] * (SEGMENT // READ)
+
+
+def test_a_segment_of_an_older_writer_is_resolved_in_every_read(client: Client, batch_decodes: list[int]) -> None:
+    _one_segment(client, "older", [_plain(i) for i in range(SEGMENT)])
+    values = _values_in_reads(client, "older", SEGMENT, m.AvroSchema(PlainV2))
+    assert [v.extra for v in values] == ["x"] * SEGMENT and [v.id for v in values] == list(range(SEGMENT))
+    assert values[5].name == "n5" and values[5].ratio == 5 / 4
+    assert batch_decodes[0] == SEGMENT  # tried for the segment, then for each read: another writer's rows
