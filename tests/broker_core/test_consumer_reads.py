@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import Root
+from moto_s3 import Root
 
 from broker_core import BrokerConfig, Client, ConsumerType, InitialPosition
 from broker_core.client.subscription_part import SubscriptionPart
