@@ -87,7 +87,7 @@ def test_a_read_that_fails_is_read_again_not_skipped(client: Client, monkeypatch
 def test_an_interrupted_receive_loses_nothing(quiet_client: Client, any_root: Root,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     if any_root.is_s3:
-        pytest.skip("reads on the receiving thread are a folder's (an object store's are read ahead)")
+        pytest.skip("an object store is read ahead: which thread meets the interrupt is not fixed")
     client = quiet_client
     values = fill(client)
     on_main = threading.main_thread()
