@@ -189,13 +189,13 @@ class RowBatch:
     every message decodes alone.
     """
 
-    __slots__ = ("_column", "_entries", "_ids", "_indexes", "_schema", "_segment_rows", "_sent_rows", "_table",
+    __slots__ = ("_column", "_decoded_rows", "_entries", "_ids", "_indexes", "_schema", "_sent_rows", "_table",
                  "_values", "_versions", "ledger_id", "partition", "payloads", "record_at", "topic")
 
     def __init__(self, payloads: list[bytes | None], entries: np.ndarray, indexes: np.ndarray, *, ledger_id: int,
                  partition: int, topic: str, schema: Schema | None, table: pa.Table,
                  versions: list[bytes | None] | None = None,
-                 segment_rows: Callable[[], Any] | None = None) -> None:
+                 decoded_rows: Callable[[], Any] | None = None) -> None:
         self.payloads = payloads  # the messages' own ``_data`` objects: a replaced payload is not in here
         self._entries = entries  # as arrays until the first ``message_id`` (most reads never ask: D112)
         self._indexes = indexes
@@ -208,7 +208,7 @@ class RowBatch:
         # the rows' distinct schema versions (None: not known yet, found when the batch decodes)
         self._versions: list[bytes | None] | None = versions
         # these rows of their segment's decoded payloads (``client/segment_values.py``), if it has them
-        self._segment_rows = segment_rows
+        self._decoded_rows = decoded_rows
         self._values: dict[int, Any] | None = None if schema is not None else {}
         self._table = table  # the rows themselves: what ``sent`` converts when first asked
         self._sent_rows: list[_Sent] | None = None
@@ -242,7 +242,8 @@ class RowBatch:
             column, self._column = self._column, None
             decoded = None
             if self._schema is not None and column is not None:
-                rows = None if self._segment_rows is None else self._segment_rows()
+                rows = None if self._decoded_rows is None else self._decoded_rows()
+                self._decoded_rows = None  # (it holds the consumer's part)
                 if rows is not None:
                     decoded = self._schema.values_of(rows)
                 else:
@@ -308,7 +309,7 @@ def messages_from_rows(
     topic: str,
     schema: Schema | None = None,
     source: int = -1,
-    segment_rows: Callable[[], Any] | None = None,
+    decoded_rows: Callable[[], Any] | None = None,
 ) -> list[Message]:
     """Build ``Message`` objects from segment rows (one per row; chunks are not merged here).
 
@@ -317,7 +318,7 @@ def messages_from_rows(
     constant one, is a ``repeat`` of one value): no Python bytecode per row besides ``_received``.
     What most applications never ask for is left to the shared ``RowBatch``: the ``MessageId``
     (built by ``message_id()``), the sent fields (``RowBatch.sent``) and the decoded value (decoded
-    for the whole batch by the first ``value()``; ``segment_rows``: where to take it from instead, the
+    for the whole batch by the first ``value()``; ``decoded_rows``: where to take it from instead, the
     rows' slice of their segment's decoded payloads, ``SegmentValues.source_for``).
     """
     values = table.column("value").to_pylist()
@@ -326,7 +327,7 @@ def messages_from_rows(
     one_version, version = constant_value(table.column("schema_version"))  # (almost always: one writer)
     batch = RowBatch(values, entry_ids, batch_indexes, ledger_id=ledger_id, partition=partition,
                      topic=topic, schema=schema if decodes else None, table=table,
-                     versions=[version] if one_version else None, segment_rows=segment_rows)
+                     versions=[version] if one_version else None, decoded_rows=decoded_rows)
     hashes = table.column("sticky_key_hash")  # (never null: written by every producer)
     return list(map(
         _received, values, _values(table, "key"), _properties(table),
