@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from broker_core.message_id import MessageId
 from broker_core.schema.base import Schema
-from broker_core.schema.constant_column import constant_value
+from broker_core.schema.constant_column import constant_value, distinct_values
 from broker_core.schema.primitive import BytesSchema, StringSchema
 
 if TYPE_CHECKING:
@@ -249,7 +248,7 @@ class RowBatch:
                 else:
                     versions = self._versions
                     if versions is None:
-                        versions = pc.unique(self._table.column("schema_version")).to_pylist()
+                        versions = distinct_values(self._table.column("schema_version"))
                     decoded = self._schema.decode_values(column.combine_chunks(), versions, self.topic)
             if callable(decoded):
                 self.record_at = decoded
@@ -309,7 +308,7 @@ def messages_from_rows(
     topic: str,
     schema: Schema | None = None,
     source: int = -1,
-    decoded_rows: Callable[[], Any] | None = None,
+    decoded_rows_for: Callable[[np.ndarray], Callable[[], Any] | None] | None = None,
 ) -> list[Message]:
     """Build ``Message`` objects from segment rows (one per row; chunks are not merged here).
 
@@ -318,8 +317,9 @@ def messages_from_rows(
     constant one, is a ``repeat`` of one value): no Python bytecode per row besides ``_received``.
     What most applications never ask for is left to the shared ``RowBatch``: the ``MessageId``
     (built by ``message_id()``), the sent fields (``RowBatch.sent``) and the decoded value (decoded
-    for the whole batch by the first ``value()``; ``decoded_rows``: where to take it from instead, the
-    rows' slice of their segment's decoded payloads, ``SegmentValues.source_for``).
+    for the whole batch by the first ``value()``; ``decoded_rows_for``, asked only for a batch that
+    decodes: where to take it from instead, the rows' slice of their segment's decoded payloads,
+    ``SegmentValues.source_for``).
     """
     values = table.column("value").to_pylist()
     n = len(values)
@@ -327,7 +327,8 @@ def messages_from_rows(
     one_version, version = constant_value(table.column("schema_version"))  # (almost always: one writer)
     batch = RowBatch(values, entry_ids, batch_indexes, ledger_id=ledger_id, partition=partition,
                      topic=topic, schema=schema if decodes else None, table=table,
-                     versions=[version] if one_version else None, decoded_rows=decoded_rows)
+                     versions=[version] if one_version else None,
+                     decoded_rows=decoded_rows_for(offsets) if decodes and decoded_rows_for is not None else None)
     hashes = table.column("sticky_key_hash")  # (never null: written by every producer)
     return list(map(
         _received, values, _values(table, "key"), _properties(table),

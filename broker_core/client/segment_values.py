@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from broker_core.log.segment_ref import SegmentRef
 from broker_core.schema.base import Schema
-from broker_core.schema.constant_column import constant_value
+from broker_core.schema.constant_column import distinct_values
 
 if TYPE_CHECKING:
     from broker_core.topic.topic_log import TopicLog
@@ -73,11 +72,8 @@ class SegmentValues:
         table = self._log.cached_segment_rows(seg)
         if table is None or self._schema is None or table.num_rows != seg.end_offset - seg.base_offset:
             return None
-        if "schema_version" in table.column_names:  # (a narrow table lacks it when it is null in every row)
-            one, version = constant_value(table.column("schema_version"))
-            versions = [version] if one else pc.unique(table.column("schema_version")).to_pylist()
-        else:
-            versions = [None]
+        # (a narrow table lacks the column when it is null in every row)
+        versions = distinct_values(table.column("schema_version")) if "schema_version" in table.column_names else [None]
         payloads: pa.Array = table.column("value").combine_chunks()
         return self._schema.decode_batch(payloads, versions, self._topic)
 

@@ -359,7 +359,7 @@ class SubscriptionPart:
         snap = self.log.log.cached_snapshot()
         msgs = messages_from_rows(rows, chosen, entries, batches, ledger_id=snap.ledger_id,
                                   partition=self.partition, topic=self.display_topic, schema=self.schema,
-                                  source=source, decoded_rows=self._segment_values.source_for(chosen))
+                                  source=source, decoded_rows_for=self._segment_values.source_for)
         counts = cursor.redelivery if cursor is not None else {}
         if counts:  # (most reads redeliver nothing: no pass over the messages then)
             for msg in msgs:

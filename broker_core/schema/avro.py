@@ -168,8 +168,7 @@ class AvroSchema(Schema):
             # row until asked for (a tuple per row was one more allocation for the collector to count, and
             # records built ahead would wait in the receiver queue and be scanned by every full collection)
             return self._records_of_columns(*(column.field(i).to_pylist() for i in range(column.type.num_fields)))
-        values: list[Any] = column.to_pylist()
-        return values
+        return super().values_of(column)
 
     def value_of_datum(self, datum: Any) -> Any:
         """The value of one datum of ``decode_values`` (a record is built only when asked for: records

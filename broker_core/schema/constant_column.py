@@ -49,6 +49,12 @@ def constant_value(column: pa.Array | pa.ChunkedArray) -> tuple[bool, Any]:
     return True, column[0].as_py()
 
 
+def distinct_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """The distinct values of ``column`` (``constant_value`` first: almost always just one)."""
+    constant, value = constant_value(column)
+    return [value] if constant else pc.unique(column).to_pylist()
+
+
 def _by_hashing(column: pa.Array | pa.ChunkedArray) -> tuple[bool, Any]:
     distinct = pc.unique(column)
     return (True, distinct[0].as_py()) if len(distinct) == 1 else (False, None)
@@ -56,4 +62,4 @@ def _by_hashing(column: pa.Array | pa.ChunkedArray) -> tuple[bool, Any]:
 
 _BINARY_TYPE_IDS = frozenset({pa.binary().id, pa.string().id})
 
-__all__ = ["constant_value"]
+__all__ = ["constant_value", "distinct_values"]
