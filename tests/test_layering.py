@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, list[str]]] = [
-    ("base", ["errors", "clock", "config", "naming", "hashing", "message_id", "authentication"]),
+    ("base", ["errors", "clock", "config", "naming", "hashing", "message_id", "authentication", "version"]),
     ("storage", ["storage"]),
     ("log", ["log"]),
     ("topic", ["topic", "schema"]),

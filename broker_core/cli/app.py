@@ -16,6 +16,7 @@ from broker_core.cli import reconcile, schemas, subscriptions, tenancy, topics
 from broker_core.cli.common import ROOT_ENV, CliParser, Context, UsageError, common_options, dump
 from broker_core.cli.progress import terminal_progress
 from broker_core.errors import InvalidConfiguration, InvalidTopicName, InvalidUrl, PulsarException
+from broker_core.version import package_version
 
 PROG = "pubsub"
 DEBUG_ENV = "PUBSUB_DEBUG"
@@ -51,6 +52,7 @@ def build_parser() -> CliParser:
         parents=[common_options()],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     tenancy.register(commands)
     topics.register(commands)

@@ -119,6 +119,13 @@ def test_every_level_answers_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert len(out.splitlines()) > 3, path
 
 
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import broker_core
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"pubsub {broker_core.__version__}\n"
+
+
 @pytest.mark.parametrize(
     ("args", "match"),
     [
