@@ -65,6 +65,7 @@ from broker_core.log.checkpoint import (
     read_last_checkpoint,
     write_checkpoint,
 )
+from broker_core.log.protocol_versions import check_writable
 from broker_core.log.segment import codec_of
 from broker_core.log.snapshot import RESERVED_TXN_PREFIX, Snapshot
 from broker_core.log.transaction_log import TransactionLog, commit_path
@@ -178,7 +179,10 @@ def _cleanup(broker: Broker, topic: TopicName, *, cutoff_ms: int, dry_run: bool)
     if log is None:
         return CleanupResult(str(topic), None, (), dry_run, "the partition has no log yet")
     io, path = broker.io, log.path
-    latest = log.snapshot().version
+    latest_snap = log.snapshot()
+    latest = latest_snap.version
+    if not dry_run:
+        check_writable(latest_snap, path)  # a newer writer's log: delete nothing
     names = io.list_dir(f"{path}/{LOG_DIR}")
     kept = _kept_checkpoint(io, path, names, latest, cutoff_ms)
     if kept is None:
@@ -306,6 +310,8 @@ def _vacuum(broker: Broker, topic: TopicName, staged: set[str], *, now: int, age
     log = TransactionLog(io, path, checkpoint_interval=_NEVER_CHECKPOINT,
                          max_retries=broker.config.commit_max_retries)
     snap = log.snapshot()
+    if not dry_run:
+        check_writable(snap, path)  # a newer writer's log: delete nothing
     live = {seg.path for seg in snap.segments}
     referenced = _named(snap) | staged
     removed: list[str] = []

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from broker_core.errors import ChecksumError, LogCorrupted
 from broker_core.log.actions import Action, Add, Format, Metadata, Protocol, Remove, Txn
+from broker_core.log.protocol_versions import check_writable
 from broker_core.log.segment_ref import (
     TAG_BASE_ENTRY_ID,
     TAG_BASE_OFFSET,
@@ -227,8 +228,10 @@ def write_checkpoint(io_: FileIO, table_path: str, snapshot: Snapshot) -> bool:
     """Write the checkpoint of ``snapshot`` and then the ``_last_checkpoint`` hint.
 
     Returns False when another writer already wrote this version's checkpoint (that is fine: both
-    describe the same state).
+    describe the same state).  A log at a newer protocol than this library writes is refused
+    (``UnsupportedVersionError``, ``log.protocol_versions``).
     """
+    check_writable(snapshot, table_path)
     rows = checkpoint_rows(snapshot)
     table = pa.concat_tables([pa.Table.from_pylist(rows, schema=CHECKPOINT_SCHEMA), _add_rows(snapshot)])
     sink = io.BytesIO()
