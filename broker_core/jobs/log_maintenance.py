@@ -65,6 +65,7 @@ from broker_core.log.checkpoint import (
     read_last_checkpoint,
     write_checkpoint,
 )
+from broker_core.log.checkpoint_verify import verify_checkpoint, verify_state
 from broker_core.log.protocol_versions import check_writable
 from broker_core.log.segment import codec_of
 from broker_core.log.snapshot import RESERVED_TXN_PREFIX, Snapshot
@@ -191,6 +192,11 @@ def _cleanup(broker: Broker, topic: TopicName, *, cutoff_ms: int, dry_run: bool)
                     if (m := _LOG_FILE.match(n)) and int(m.group(1)) < kept.version)
     if not dry_run and doomed:
         require_no_gap(io, path, latest)
+        wrong = verify_checkpoint(io, path, kept)
+        if wrong is not None:  # the commits about to go are the only witness against it
+            raise LogCorrupted(f"{checkpoint_path(path, kept.version)} disagrees with the JSON commits ({wrong}): "
+                               "nothing is deleted. Run `pubsub topics check --repair` to rebuild it from the "
+                               "commits", version=kept.version, path=path)
         hint = read_last_checkpoint(io, path)
         if hint is None or hint < kept.version:  # version 0 may go: openers must find the checkpoint
             rows = pq.ParquetFile(io.open_input(checkpoint_path(path, kept.version))).metadata.num_rows
@@ -312,6 +318,7 @@ def _vacuum(broker: Broker, topic: TopicName, staged: set[str], *, now: int, age
     snap = log.snapshot()
     if not dry_run:
         check_writable(snap, path)  # a newer writer's log: delete nothing
+    verify_state(io, path, snap)  # a checkpoint that lies about the live segments: delete nothing
     live = {seg.path for seg in snap.segments}
     referenced = _named(snap) | staged
     removed: list[str] = []
