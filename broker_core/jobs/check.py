@@ -4,7 +4,8 @@ What is checked, per internal topic (``docs/CLI.md``, ``pubsub topics check``):
 
 - **the log**: commits are contiguous (a missing version below the newest is a gap), every commit
   decodes, every path it names is a segment name, and it replays;
-- **checkpoints** and the ``_last_checkpoint`` hint: each checkpoint decodes;
+- **checkpoints** and the ``_last_checkpoint`` hint: each checkpoint decodes and agrees with its
+  summary and with the JSON commits that remain (``log.checkpoint_verify``);
 - **segments**: every live segment is there, decodes, and holds the rows its ``add`` records;
 - **cursors**: the newest version of every subscription's cursor decodes;
 - **the producer registry**: its newest version decodes (reported only: no safe fallback exists).
