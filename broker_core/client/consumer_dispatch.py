@@ -273,6 +273,9 @@ class ConsumerDispatch(ConsumerAcks):
         if end <= part.read_pos:
             return [], True, cursor
         candidates = np.arange(part.read_pos, end, dtype=np.int64)
+        lost = snap.holes(part.read_pos, end)
+        if lost:  # segments ``topics check --repair`` set aside: skipped, as every other read skips them
+            candidates = candidates[~np.logical_or.reduce([(candidates >= a) & (candidates < b) for a, b in lost])]
         part.read_pos = end
         fresh = ~cursor.is_acked(candidates)
         # After a rewind (nack, ack timeout) skip what this consumer still holds locally: received and

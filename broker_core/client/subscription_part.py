@@ -353,6 +353,12 @@ class SubscriptionPart:
         if table is None:
             table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1)  # (no readahead: see ``window``)
             index = np.searchsorted(all_offsets, wanted)
+            found = index < len(all_offsets)
+            found[found] = all_offsets[index[found]] == wanted[found]
+            if not found.all():  # an offset no live segment holds (a hole left by a repair) is no message
+                index = index[found]
+                if not len(index):
+                    return []
         rows = _rows_at(table, index)
         chosen = all_offsets[index]
         entries, batches = self.log.ids_for_offsets(chosen)

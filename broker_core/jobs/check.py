@@ -4,7 +4,8 @@ What is checked, per internal topic (``docs/CLI.md``, ``pubsub topics check``):
 
 - **the log**: commits are contiguous (a missing version below the newest is a gap), every commit
   decodes, every path it names is a segment name, and it replays;
-- **checkpoints** and the ``_last_checkpoint`` hint: each checkpoint decodes;
+- **checkpoints** and the ``_last_checkpoint`` hint: each checkpoint decodes and agrees with its
+  summary and with the JSON commits that remain (``log.checkpoint_verify``);
 - **segments**: every live segment is there, decodes, and holds the rows its ``add`` records;
 - **cursors**: the newest version of every subscription's cursor decodes;
 - **the producer registry**: its newest version decodes (reported only: no safe fallback exists).
@@ -37,6 +38,7 @@ from broker_core.errors import BrokerPersistenceError, LogCorrupted, SegmentCorr
 from broker_core.jobs.progress import JobSummary, check_flag, existing_log, resolve_targets, run_each
 from broker_core.log.actions import Action, Remove, decode_actions
 from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, checkpoint_path, read_checkpoint, write_checkpoint
+from broker_core.log.checkpoint_verify import verify_checkpoint
 from broker_core.log.gaps import commit_path, commit_versions
 from broker_core.log.segment import read_segment_checked
 from broker_core.log.segment_ref import SegmentRef
@@ -165,10 +167,14 @@ def _check_checkpoints(io: FileIO, path: str, findings: list[Finding]) -> list[i
             continue
         version = int(match.group(1))
         try:
-            read_checkpoint(io, path, version)
+            state = read_checkpoint(io, path, version)
+            wrong = None if state is None else verify_checkpoint(io, path, state)  # decodes, but lies?
         except LogCorrupted as exc:
+            state, wrong = None, str(exc)
+        if wrong is not None:
             bad.append(version)
-            findings.append(Finding("checkpoint", checkpoint_path(path, version), str(exc),
+            detail = wrong if state is None else f"disagrees with the JSON commits: {wrong}"
+            findings.append(Finding("checkpoint", checkpoint_path(path, version), detail,
                                     "rebuilt from the JSON commits"))
     hint = io.read_bytes(f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}")
     if hint is not None:
