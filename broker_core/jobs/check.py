@@ -174,7 +174,7 @@ def _check_checkpoints(io: FileIO, path: str, findings: list[Finding]) -> list[i
     if hint is not None:
         try:
             int(json.loads(hint)["version"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             findings.append(Finding("hint", f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}", "not a checkpoint hint",
                                     "rewritten to name the newest checkpoint"))
             bad.append(-1)

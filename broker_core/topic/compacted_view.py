@@ -265,7 +265,7 @@ def unreferenced_view_files(io: FileIO, topic_path: str) -> list[str]:
     for name in io.list_dir(state):
         if name.endswith(".json") and not name.startswith("."):
             data = io.read_bytes(f"{state}/{name}")
-            with contextlib.suppress(ValueError, TypeError, KeyError):
+            with contextlib.suppress(ValueError, TypeError, KeyError, RecursionError):
                 named.add(str(json.loads(data or b"")["file"]))
     files = (f"{COMPACTED_DIR}/{n}" for n in io.list_dir(f"{topic_path}/{COMPACTED_DIR}"))
     return sorted(f for f in files if _VIEW_FILE_RE.fullmatch(f) and f not in named)
