@@ -19,6 +19,7 @@ from broker_core.errors import SubscriptionNotFound
 from broker_core.log.snapshot import Snapshot
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.naming import TopicName
+from broker_core.subscription import lease_holder
 from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
 from broker_core.subscription.dispatch import Window, cursor_selector, key_shared_candidates, shared_candidates
 from broker_core.subscription.failover import FailoverConsumer, active_consumer
@@ -99,6 +100,7 @@ class SubscriptionPart:
         self.store = store
         self.subscription = subscription
         self.consumer_name = consumer_name
+        self._joined = False  # counted as open in ``lease_holder`` (from before its join commits)
         self.sub_type = sub_type
         self.priority_level = priority_level
         self.key_shared = key_shared or {}
@@ -135,7 +137,17 @@ class SubscriptionPart:
                 self.selector(cursor, now_ms)  # refuses overlapping sticky ranges before committing
             return cursor
 
-        cursor = self.store.update(fn)
+        first = not self._joined
+        if first:  # before the commit: a lease of ours must never look abandoned to another join here
+            lease_holder.opening(self.subscription, self.consumer_name)
+            self._joined = True
+        try:
+            cursor = self.store.update(fn)
+        except BaseException:
+            if first:
+                self._joined = False
+                lease_holder.closed(self.subscription, self.consumer_name)
+            raise
         assert cursor is not None
         return cursor
 
@@ -160,7 +172,12 @@ class SubscriptionPart:
             cursor.remove_consumer(self.consumer_name)
             return cursor
 
-        self.store.update(fn)
+        try:
+            self.store.update(fn)
+        finally:
+            if self._joined:
+                self._joined = False
+                lease_holder.closed(self.subscription, self.consumer_name)
 
     # -- who delivers what ---------------------------------------------------------------------------
 

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from broker_core.errors import LogCorrupted
 
-
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # Every integer of an action is stored as an int64 (checkpoints, segment columns, message ids): a
@@ -166,12 +165,12 @@ def decode_actions(data: bytes, *, version: int) -> list[Action]:
 
 
 __all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
     "Action",
     "Add",
     "CommitInfo",
     "Format",
-    "INT64_MAX",
-    "INT64_MIN",
     "Metadata",
     "Protocol",
     "Remove",

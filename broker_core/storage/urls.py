@@ -203,11 +203,12 @@ def check_url_options(spec: RootSpec) -> None:
     for key, value in spec.storage_options.items():
         if key not in _OWN_KEYS and _is_url_option(key):
             check_endpoint(key, value)
-    family = {"s3": "AWS_", "s3a": "AWS_", "gs": "GOOGLE_", "memory": None}.get(spec.scheme, "AZURE_")
+    family: str | None = {"s3": "AWS_", "s3a": "AWS_", "gs": "GOOGLE_", "memory": None}.get(spec.scheme, "AZURE_")
     for variable in _URL_ENV:
-        value = os.environ.get(variable)
-        if family is not None and variable.startswith(family) and value and variable.lower() not in spec.storage_options:
-            check_endpoint(f"{variable} (environment variable)", value)
+        found = os.environ.get(variable)
+        overridden = variable.lower() in spec.storage_options
+        if family is not None and variable.startswith(family) and found and not overridden:
+            check_endpoint(f"{variable} (environment variable)", found)
 
 
 def truthy(value: str | None) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from broker_core.errors import ConsumerBusy, NotAllowedError
+from broker_core.subscription import lease_holder
 from broker_core.subscription.key_shared import (
     DEFAULT_RANGE_SIZE,
     auto_split_join,
@@ -52,24 +53,36 @@ class ConsumerEntry:
     lease_expires_ms: int
     priority_level: int = 0
     sticky_ranges: list[list[int]] = field(default_factory=list)
+    holder: dict[str, str] = field(default_factory=dict)  # the process holding the lease (``lease_holder``)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "joinOrder": self.join_order,
             "leaseExpiresMs": self.lease_expires_ms,
             "priorityLevel": self.priority_level,
             "stickyRanges": self.sticky_ranges,
         }
+        if self.holder:
+            doc["holder"] = self.holder
+        return doc
 
     @classmethod
     def from_json(cls, name: str, doc: dict[str, Any]) -> ConsumerEntry:
+        holder = doc.get("holder")
         return cls(
             name=name,
             join_order=int(doc["joinOrder"]),
             lease_expires_ms=int(doc["leaseExpiresMs"]),
             priority_level=int(doc.get("priorityLevel", 0)),
             sticky_ranges=[list(r) for r in doc.get("stickyRanges", [])],
+            # optional and informative: a malformed one is dropped, never fatal to the cursor
+            holder={str(k): str(v) for k, v in holder.items()} if isinstance(holder, dict) else {},
         )
+
+    def lease_text(self, now_ms: int) -> str:
+        """What a ``ConsumerBusy`` says about this lease: whose, held where, until when."""
+        return (f"consumer {self.name!r} holds a lease on it (taken by {lease_holder.describe(self.holder)}) "
+                f"that expires at {lease_holder.expiry_text(self.lease_expires_ms, now_ms)}")
 
 
 @dataclass(slots=True)
@@ -149,6 +162,7 @@ class Cursor:
                 a duplicate consumer name, or a Key_Shared policy that differs from the live ones'.
         """
         self.expire_consumers(now_ms)
+        self._release_gone_holders(keep=name if takeover else None)
         if takeover and name in self.consumers:
             # the same consumer restarting (a Spark query from its checkpoint): keep its claims
             entry = self.consumers[name]
@@ -156,31 +170,23 @@ class Cursor:
             entry.priority_level = priority_level
             return entry
         if name in self.consumers:
-            raise ConsumerBusy(
-                f"a consumer named {name!r} is already connected to subscription {self.subscription!r}; "
-                "consumer names must be unique per subscription",
-                subscription=self.subscription,
-            )
+            raise self._busy(f"a consumer named {name!r} is already connected to subscription "
+                             f"{self.subscription!r} (consumer names must be unique per subscription)",
+                             self.consumers[name], now_ms)
         if self.consumers and sub_type != self.sub_type:
-            raise ConsumerBusy(
-                f"subscription {self.subscription!r} is {self.sub_type.name} with connected consumers; "
-                f"a {sub_type.name} consumer cannot join until they leave",
-                subscription=self.subscription,
-            )
+            raise self._busy(f"subscription {self.subscription!r} is {self.sub_type.name} with connected "
+                             f"consumers; a {sub_type.name} consumer cannot join until they leave",
+                             self._longest_lease(), now_ms)
         if self.consumers and sub_type == ConsumerType.Exclusive:
-            raise ConsumerBusy(
-                f"exclusive subscription {self.subscription!r} already has consumer {next(iter(self.consumers))!r}",
-                subscription=self.subscription,
-            )
+            raise self._busy(f"exclusive subscription {self.subscription!r} already has a consumer",
+                             self._longest_lease(), now_ms)
         mode_clash = bool(key_shared and self.key_shared) and (key_shared or {}).get("mode") != self.key_shared.get(
             "mode"
         )
         if sub_type == ConsumerType.KeyShared and self.consumers and mode_clash:
-            raise ConsumerBusy(
-                f"Key_Shared subscription {self.subscription!r} uses mode {self.key_shared.get('mode')}; "
-                f"a consumer with mode {(key_shared or {}).get('mode')} cannot join",
-                subscription=self.subscription,
-            )
+            raise self._busy(f"Key_Shared subscription {self.subscription!r} uses mode "
+                             f"{self.key_shared.get('mode')}; a consumer with mode {(key_shared or {}).get('mode')} "
+                             "cannot join until its consumers leave", self._longest_lease(), now_ms)
         if not self.consumers:
             self.sub_type = sub_type
             if key_shared is not None:
@@ -195,12 +201,32 @@ class Cursor:
             lease_expires_ms=now_ms + lease_ms,
             priority_level=priority_level,
             sticky_ranges=[list(r) for r in (sticky_ranges or [])],
+            holder=lease_holder.this_holder(),
         )
         self.next_join_order += 1
         self.consumers[name] = entry
         if ends is not None:
             self._store_end_keys(ends)
         return entry
+
+    def _release_gone_holders(self, *, keep: str | None) -> None:
+        """Drop the leases whose holder is provably gone (``lease_holder.is_gone``): a consumer closed
+        in this process whose leaving version was lost (a damaged newest cursor version falls back to
+        one that still holds it), or a process of this machine that died.  Other leases are waited out."""
+        for name, entry in list(self.consumers.items()):
+            if name != keep and entry.holder and lease_holder.is_gone(entry.holder, self.subscription, name):
+                self.remove_consumer(name)
+
+    def _longest_lease(self) -> ConsumerEntry:
+        return max(self.consumers.values(), key=lambda c: c.lease_expires_ms)
+
+    def _busy(self, why: str, entry: ConsumerEntry, now_ms: int) -> ConsumerBusy:
+        return ConsumerBusy(
+            f"{why}: {entry.lease_text(now_ms)}. If that consumer is still running, close it; if it was "
+            "closed or its process died, its lease lapses then (or delete the subscription with "
+            "`pubsub subscriptions delete --force`)",
+            subscription=self.subscription, consumer=entry.name, lease_expires_ms=entry.lease_expires_ms,
+        )
 
     def _auto_split_ranges(self) -> bool:
         """AUTO_SPLIT hash ranges depend on the join/leave history, so the cursor keeps the layout."""

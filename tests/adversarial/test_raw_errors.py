@@ -8,7 +8,6 @@ escape as a foreign error (``OSError``, pyo3's ``PanicException``, ``RecursionEr
 from __future__ import annotations
 
 import errno
-
 import json
 import os
 from contextlib import closing
