@@ -129,9 +129,15 @@ class SubscriptionPart:
                         subscription=self.subscription,
                     )
                 cursor = new_cursor(self.subscription, self.sub_type, initial_offset())
+            # a lease whose holder provably cannot use it any more (closed here, or its process on this
+            # machine died) is not waited out: after a crash, or a damaged newest cursor version that
+            # fell back to a version still holding it (docs/DECISIONS.md D137)
+            cursor.release_leases(lambda entry: lease_holder.is_gone(entry.holder, self.subscription, entry.name),
+                                  keep=self.consumer_name if takeover else None)
             cursor.add_consumer(
                 self.consumer_name, self.sub_type, now_ms=now_ms, lease_ms=lease_ms,
                 priority_level=self.priority_level, sticky_ranges=sticky, key_shared=policy, takeover=takeover,
+                holder=lease_holder.this_holder(),
             )
             if self.sub_type == ConsumerType.KeyShared:
                 self.selector(cursor, now_ms)  # refuses overlapping sticky ranges before committing

@@ -19,6 +19,7 @@ Positions are the topic's dense offsets:
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,6 +155,7 @@ class Cursor:
         sticky_ranges: list[list[int]] | None = None,
         key_shared: dict[str, Any] | None = None,
         takeover: bool = False,
+        holder: dict[str, str] | None = None,
     ) -> ConsumerEntry:
         """Register a consumer, enforcing the subscription type's rules.
 
@@ -162,7 +164,6 @@ class Cursor:
                 a duplicate consumer name, or a Key_Shared policy that differs from the live ones'.
         """
         self.expire_consumers(now_ms)
-        self._release_gone_holders(keep=name if takeover else None)
         if takeover and name in self.consumers:
             # the same consumer restarting (a Spark query from its checkpoint): keep its claims
             entry = self.consumers[name]
@@ -201,7 +202,7 @@ class Cursor:
             lease_expires_ms=now_ms + lease_ms,
             priority_level=priority_level,
             sticky_ranges=[list(r) for r in (sticky_ranges or [])],
-            holder=lease_holder.this_holder(),
+            holder=dict(holder or {}),
         )
         self.next_join_order += 1
         self.consumers[name] = entry
@@ -209,13 +210,13 @@ class Cursor:
             self._store_end_keys(ends)
         return entry
 
-    def _release_gone_holders(self, *, keep: str | None) -> None:
-        """Drop the leases whose holder is provably gone (``lease_holder.is_gone``): a consumer closed
-        in this process whose leaving version was lost (a damaged newest cursor version falls back to
-        one that still holds it), or a process of this machine that died.  Other leases are waited out."""
-        for name, entry in list(self.consumers.items()):
-            if name != keep and entry.holder and lease_holder.is_gone(entry.holder, self.subscription, name):
-                self.remove_consumer(name)
+    def release_leases(self, gone: Callable[[ConsumerEntry], bool], *, keep: str | None = None) -> list[str]:
+        """Drop the consumers (but ``keep``) whose lease holder is ``gone`` (``lease_holder.is_gone``:
+        provably unable to use it); their claims become redeliverable.  Returns their names."""
+        dropped = [name for name, entry in self.consumers.items() if name != keep and gone(entry)]
+        for name in dropped:
+            self.remove_consumer(name)
+        return dropped
 
     def _longest_lease(self) -> ConsumerEntry:
         return max(self.consumers.values(), key=lambda c: c.lease_expires_ms)

@@ -75,6 +75,8 @@ def closed(subscription: str, name: str) -> None:
 
 def is_gone(holder: dict[str, str], subscription: str, name: str) -> bool:
     """Whether the lease's holder provably can no longer use it (see the module docstring)."""
+    if not holder:
+        return False
     boot, ns = _pid_space()
     if not boot or not ns or holder.get("boot") != boot or holder.get("pidNs") != ns:
         return False
