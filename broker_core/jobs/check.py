@@ -332,7 +332,7 @@ def _check_view_pointer(io: FileIO, path: str, snap: Snapshot | None) -> list[Fi
         problems.append(f"its rows ({pointer.rows}) and horizon ({pointer.horizon}) are not 0 <= rows <= horizon")
     elif snap is not None and pointer.ledger_id == snap.ledger_id and pointer.horizon > snap.next_offset:
         problems.append(f"its horizon {pointer.horizon} is past the log's next offset {snap.next_offset}")
-    return [Finding("view pointer", file, f"{why}; compact the topic again (`pubsub topics compact`)", "")
+    return [Finding("view pointer", file, f"{why}; compact the topic again (`pubsub compact TOPIC`)", "")
             for why in problems]
 
 
