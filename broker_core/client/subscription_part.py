@@ -115,8 +115,12 @@ class SubscriptionPart:
 
     def join(
         self, *, now_ms: int, lease_ms: int, initial_offset: Callable[[], int], auto_create: bool,
-        takeover: bool = False,
+        takeover: bool = False, in_process: bool = False,
     ) -> Cursor:
+        """Register this consumer on the cursor.  ``in_process``: the consumer lives and renews in this
+        process only (a ``Client`` consumer), so its lease records this process as its holder and may
+        be released once the process is gone; a Spark query's lease (renewed from whichever worker
+        runs) records none and is always waited out (docs/DECISIONS.md D137)."""
         sticky = [list(r) for r in self.key_shared.get("stickyRanges", [])]
         policy = {k: v for k, v in self.key_shared.items() if k != "stickyRanges"} or None
 
@@ -137,13 +141,13 @@ class SubscriptionPart:
             cursor.add_consumer(
                 self.consumer_name, self.sub_type, now_ms=now_ms, lease_ms=lease_ms,
                 priority_level=self.priority_level, sticky_ranges=sticky, key_shared=policy, takeover=takeover,
-                holder=lease_holder.this_holder(),
+                holder=lease_holder.this_holder() if in_process else None,
             )
             if self.sub_type == ConsumerType.KeyShared:
                 self.selector(cursor, now_ms)  # refuses overlapping sticky ranges before committing
             return cursor
 
-        first = not self._joined
+        first = in_process and not self._joined
         if first:  # before the commit: a lease of ours must never look abandoned to another join here
             lease_holder.opening(self.subscription, self.consumer_name)
             self._joined = True

@@ -179,8 +179,9 @@ class Cursor:
                              f"consumers; a {sub_type.name} consumer cannot join until they leave",
                              self._longest_lease(), now_ms)
         if self.consumers and sub_type == ConsumerType.Exclusive:
-            raise self._busy(f"exclusive subscription {self.subscription!r} already has a consumer",
-                             self._longest_lease(), now_ms)
+            current = self._longest_lease()
+            raise self._busy(f"exclusive subscription {self.subscription!r} already has consumer {current.name!r}",
+                             current, now_ms)
         mode_clash = bool(key_shared and self.key_shared) and (key_shared or {}).get("mode") != self.key_shared.get(
             "mode"
         )
