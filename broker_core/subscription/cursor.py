@@ -119,6 +119,10 @@ class Cursor:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Cursor:
+        """Raises ``ValueError`` (or ``KeyError``/``TypeError``) on a malformed document, including a
+        position outside int64 (positions go through int64 arrays: it would overflow at first use)."""
+        if not -1 <= int(doc["markDelete"]) < 1 << 63:
+            raise ValueError(f"markDelete {doc['markDelete']} is outside 0..2**63-1")
         return cls(
             subscription=doc["subscription"],
             sub_type=ConsumerType[doc["type"]],

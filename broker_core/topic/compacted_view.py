@@ -88,6 +88,12 @@ class ViewPointer:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise LogCorrupted(f"{where} (version {version}) is malformed ({exc!r}); compact the topic again "
                                "or delete the pointer version", version=version) from exc
+        numbers = {"horizon": pointer.horizon, "rows": pointer.rows, "ledgerId": pointer.ledger_id,
+                   "previousHorizon": pointer.previous_horizon}
+        bad = {name: value for name, value in numbers.items() if not 0 <= value < 1 << 63}
+        if bad:
+            raise LogCorrupted(f"{where} (version {version}) has {bad}, outside 0..2**63-1: it was edited by hand; "
+                               "compact the topic again or delete the pointer version", version=version)
         if not _VIEW_FILE_RE.fullmatch(pointer.file):
             raise LogCorrupted(f"{where} (version {version}) names {pointer.file!r}, which is not a view file "
                                f"({COMPACTED_DIR}/<32 hex>.parquet): it was edited by hand", version=version)

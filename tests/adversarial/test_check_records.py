@@ -78,6 +78,8 @@ def test_check_reports_a_bad_metadata(any_root: Root, topic: Any, change: dict[s
     (json.dumps({"horizon": 1, "file": "../../x.parquet", "rows": 1}).encode(), "not a view file"),
     (json.dumps({"horizon": 1, "file": "_compacted/" + "b" * 32 + ".parquet", "rows": 5}).encode(),
      "not 0 <= rows <= horizon"),
+    (json.dumps({"horizon": 2**63, "file": "_compacted/" + "c" * 32 + ".parquet", "rows": 1}).encode(),
+     "outside 0..2**63-1"),
 ])
 def test_check_reports_a_bad_compacted_view_pointer(any_root: Root, topic: Any, pointer: bytes, expected: str,
                                                     capsys: pytest.CaptureFixture[str],

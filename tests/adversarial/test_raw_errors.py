@@ -219,3 +219,26 @@ def test_a_consumer_meets_the_damage_once_not_in_a_loop(any_root: Root, kind: st
         with pytest.raises(Timeout):  # surfaced once, not again and again
             consumer.receive(300)
         assert len([r for r in caplog.records if r.exc_info]) <= 1  # no traceback per poll
+
+
+def test_a_cursor_version_with_an_int64_overflowing_position_is_skipped_as_damaged(any_root: Root,
+                                                                                     new_process: Any) -> None:
+    with closing(_open(any_root)) as client:
+        consumer = client.subscribe(T, "s", consumer_type=ConsumerType.Shared,
+                                    initial_position=InitialPosition.Earliest)
+        producer = client.create_producer(T)
+        producer.send(b"a")
+        producer.send(b"b")
+        consumer.acknowledge(consumer.receive(5000))
+        consumer.close()
+    io = _io(any_root)
+    directory = f"{TOPIC_DIR}/_cursors/s"
+    newest = _versions(io, directory)[-1]
+    doc = json.loads(io.read_bytes(f"{directory}/{newest:020d}.json"))
+    doc["markDelete"] = 2**63
+    io.put_if_absent(f"{directory}/{newest + 1:020d}.json", json.dumps(doc).encode())
+    new_process()
+    with closing(_open(any_root)) as fresh:
+        consumer = fresh.subscribe(T, "s", consumer_type=ConsumerType.Shared)
+        assert consumer.receive(5000).data() == b"b"  # from the newest readable version
+        consumer.close()
