@@ -369,6 +369,8 @@ class Consumer(ConsumerDispatch):
             if leave:
                 with contextlib.suppress(PulsarException):
                     part.leave()
+            else:
+                part.closed_locally()
         if self._dead_letters is not None:
             self._dead_letters.close()
         self._client._forget(self)

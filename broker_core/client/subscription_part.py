@@ -136,7 +136,7 @@ class SubscriptionPart:
             # a lease whose holder provably cannot use it any more (closed here, or its process on this
             # machine died) is not waited out: after a crash, or a damaged newest cursor version that
             # fell back to a version still holding it (docs/DECISIONS.md D137)
-            cursor.release_leases(lambda entry: lease_holder.is_gone(entry.holder, self.subscription, entry.name),
+            cursor.release_leases(lambda e: bool(e.holder) and lease_holder.is_gone(e.holder, self._lease_key(e.name)),
                                   keep=self.consumer_name if takeover else None)
             cursor.add_consumer(
                 self.consumer_name, self.sub_type, now_ms=now_ms, lease_ms=lease_ms,
@@ -149,14 +149,13 @@ class SubscriptionPart:
 
         first = in_process and not self._joined
         if first:  # before the commit: a lease of ours must never look abandoned to another join here
-            lease_holder.opening(self.subscription, self.consumer_name)
+            lease_holder.opening(self._lease_key(self.consumer_name))
             self._joined = True
         try:
             cursor = self.store.update(fn)
         except BaseException:
             if first:
-                self._joined = False
-                lease_holder.closed(self.subscription, self.consumer_name)
+                self.closed_locally()
             raise
         assert cursor is not None
         return cursor
@@ -185,9 +184,19 @@ class SubscriptionPart:
         try:
             self.store.update(fn)
         finally:
-            if self._joined:
-                self._joined = False
-                lease_holder.closed(self.subscription, self.consumer_name)
+            self.closed_locally()
+
+    def closed_locally(self) -> None:
+        """This consumer is closed in this process (left, unsubscribed, or its join failed): a lease of
+        its still on storage may be released by the next join (``lease_holder.is_gone``)."""
+        if self._joined:
+            self._joined = False
+            lease_holder.closed(self._lease_key(self.consumer_name))
+
+    def _lease_key(self, name: str) -> str:
+        io = getattr(self.log, "io", None)  # (an in-memory log of the model tests has none)
+        where = f"{getattr(self.log, 'path', self.name)}/{self.subscription}"
+        return lease_holder.lease_key(getattr(io, "root_uri", ""), where, name)
 
     # -- who delivers what ---------------------------------------------------------------------------
 

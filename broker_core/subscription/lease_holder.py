@@ -22,7 +22,7 @@ from collections import Counter
 from datetime import UTC, datetime
 
 _LOCK = threading.Lock()
-_OPEN: Counter[tuple[str, str]] = Counter()  # (subscription, consumer name) -> joins not yet left
+_OPEN: Counter[str] = Counter()  # lease key (``lease_key``) -> joins not yet left
 _SPACE: dict[int, tuple[str, str]] = {}  # pid -> (boot id, pid namespace), cached per process
 
 
@@ -59,21 +59,26 @@ def expiry_text(lease_expires_ms: int, now_ms: int) -> str:
     return f"{at} (in {max(0, lease_expires_ms - now_ms) / 1000:.0f} s)"
 
 
-def opening(subscription: str, name: str) -> None:
+def lease_key(root_uri: str, subscription: str, name: str) -> str:
+    """What identifies one consumer's lease: the root, the subscription (with its topic), the name."""
+    return f"{root_uri}|{subscription}|{name}"
+
+
+def opening(key: str) -> None:
     """A consumer of this process is joining: counted before its join commits (see ``is_gone``)."""
     with _LOCK:
-        _OPEN[(subscription, name)] += 1
+        _OPEN[key] += 1
 
 
-def closed(subscription: str, name: str) -> None:
-    """A consumer of this process left (or its join failed)."""
+def closed(key: str) -> None:
+    """A consumer of this process left, was closed without leaving, or its join failed."""
     with _LOCK:
-        _OPEN[(subscription, name)] -= 1
-        if _OPEN[(subscription, name)] <= 0:
-            del _OPEN[(subscription, name)]
+        _OPEN[key] -= 1
+        if _OPEN[key] <= 0:
+            del _OPEN[key]
 
 
-def is_gone(holder: dict[str, str], subscription: str, name: str) -> bool:
+def is_gone(holder: dict[str, str], key: str) -> bool:
     """Whether the lease's holder provably can no longer use it (see the module docstring)."""
     if not holder:
         return False
@@ -86,7 +91,7 @@ def is_gone(holder: dict[str, str], subscription: str, name: str) -> bool:
         return False
     if pid == os.getpid():
         with _LOCK:
-            return (subscription, name) not in _OPEN
+            return key not in _OPEN
     if pid <= 0:
         return False
     try:
@@ -98,4 +103,4 @@ def is_gone(holder: dict[str, str], subscription: str, name: str) -> bool:
     return False
 
 
-__all__ = ["closed", "describe", "expiry_text", "is_gone", "opening", "this_holder"]
+__all__ = ["closed", "describe", "expiry_text", "is_gone", "lease_key", "opening", "this_holder"]

@@ -77,16 +77,16 @@ def test_only_a_provably_gone_holder_is_released() -> None:
     from broker_core.subscription import lease_holder
 
     here = lease_holder.this_holder()
-    assert not lease_holder.is_gone({}, "s", "c")  # written before holders were recorded
-    assert not lease_holder.is_gone({**here, "boot": "another-machine"}, "s", "c")
-    assert not lease_holder.is_gone({**here, "pidNs": "1"}, "s", "c")  # another container
-    assert lease_holder.is_gone(here, "s", "never-opened")  # this process, no such consumer open
-    lease_holder.opening("s", "open-one")
+    assert not lease_holder.is_gone({}, "c")  # written before holders were recorded
+    assert not lease_holder.is_gone({**here, "boot": "another-machine"}, "c")
+    assert not lease_holder.is_gone({**here, "pidNs": "1"}, "c")  # another container
+    assert lease_holder.is_gone(here, "never-opened")  # this process, no such consumer open
+    lease_holder.opening("open-one")
     try:
-        assert not lease_holder.is_gone(here, "s", "open-one")
+        assert not lease_holder.is_gone(here, "open-one")
     finally:
-        lease_holder.closed("s", "open-one")
-    assert not lease_holder.is_gone({**here, "pid": "1"}, "s", "c")  # pid 1 always exists
+        lease_holder.closed("open-one")
+    assert not lease_holder.is_gone({**here, "pid": "1"}, "c")  # pid 1 always exists
 
 
 def test_a_lease_of_a_killed_process_on_this_machine_is_released_at_once(tmp_path: Any) -> None:
