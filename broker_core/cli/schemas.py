@@ -73,7 +73,7 @@ def _read(path: str) -> SchemaInfo:
         raise UsageError(f"cannot read schema file {path!r}: {exc.strerror}") from None
     try:
         doc = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise SchemaDefinitionError(f"schema file {path!r} is not JSON: {exc}") from None
     info = SchemaInfo.from_json(doc)
     if info.type in UNTYPED:

@@ -328,10 +328,12 @@ class Consumer(ConsumerDispatch):
         def fn(cursor: Cursor | None) -> Cursor | None:
             if cursor is None:
                 return None
-            others = [n for n in cursor.live_consumers(now) if n != self._name]
+            others = [c for n, c in cursor.live_consumers(now).items() if n != self._name]
             if others:
+                leases = "; ".join(c.lease_text(now) for c in others)
                 raise ConsumerBusy(
-                    f"cannot unsubscribe {self._subscription!r}: consumers {others} are still connected",
+                    f"cannot unsubscribe {self._subscription!r}: other consumers are still connected ({leases}); "
+                    "close them first, or wait until their leases lapse",
                     subscription=self._subscription,
                 )
             cursor.deleted = True
@@ -367,6 +369,8 @@ class Consumer(ConsumerDispatch):
             if leave:
                 with contextlib.suppress(PulsarException):
                     part.leave()
+            else:
+                part.closed_locally()
         if self._dead_letters is not None:
             self._dead_letters.close()
         self._client._forget(self)

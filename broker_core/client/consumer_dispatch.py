@@ -120,7 +120,8 @@ class ConsumerDispatch(ConsumerAcks):
             self._last_renew = now_s
             for part in self._parts:
                 if not part.renew(now_ms=now_ms, lease_ms=self._lease_ms):
-                    part.join(now_ms=now_ms, lease_ms=self._lease_ms, initial_offset=lambda: 0, auto_create=True)
+                    part.join(now_ms=now_ms, lease_ms=self._lease_ms, initial_offset=lambda: 0, auto_create=True,
+                              in_process=True)
         if self._discover is not None and now_s - self._last_discovery >= self._discovery_period_s:
             self._last_discovery = now_s
             for part in self._discover():

@@ -8,7 +8,11 @@ What is checked, per internal topic (``docs/CLI.md``, ``pubsub topics check``):
   summary and with the JSON commits that remain (``log.checkpoint_verify``);
 - **segments**: every live segment is there, decodes, and holds the rows its ``add`` records;
 - **cursors**: the newest version of every subscription's cursor decodes;
-- **the producer registry**: its newest version decodes (reported only: no safe fallback exists).
+- **the producer registry**: its newest version decodes (reported only: no safe fallback exists);
+- **records** (``check_records``): the log's ``metaData`` (a Delta schema, Parquet, no partition
+  columns, a known format version), the newest compacted-view pointer (decodes, names a view file
+  that exists, a horizon within the log's offsets), and the topic's and its namespace's policy
+  records (reported only: the fix is ``pubsub policies set`` or a restore).
 
 What ``repair`` does (a dry run unless ``dry_run=False``):
 
@@ -144,6 +148,7 @@ def _check(broker: Broker, topic: TopicName, *, execute: bool) -> CheckResult:
                                         f"set aside to {path}/{DAMAGED_DIR}/ with a data-loss record of offsets "
                                         f"{seg.base_offset}..{seg.end_offset - 1}"))
     cursors = _check_cursors(io, path, findings)
+    findings += check_records(broker, topic, snap)
     try:  # the producer registry has no safe fallback (leases decide exclusivity): report only
         VersionedState(io, f"{path}/_producers", anchor=path).latest()
     except LogCorrupted as exc:
@@ -180,7 +185,7 @@ def _check_checkpoints(io: FileIO, path: str, findings: list[Finding]) -> list[i
     if hint is not None:
         try:
             int(json.loads(hint)["version"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             findings.append(Finding("hint", f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}", "not a checkpoint hint",
                                     "rewritten to name the newest checkpoint"))
             bad.append(-1)
@@ -284,4 +289,57 @@ def _check_cursors(io: FileIO, path: str, findings: list[Finding]) -> list[tuple
     return out
 
 
-__all__ = ["DAMAGED_DIR", "TAG_DATA_LOSS", "CheckResult", "Finding", "check_topic"]
+def check_records(broker: Broker, topic: TopicName, snap: Snapshot | None) -> list[Finding]:
+    """Findings on the records beside the segments: the metaData in force, the compacted-view pointer,
+    and the policy records (reported only: none has a safe automatic repair)."""
+    path = topic_dir(topic)
+    findings = [] if snap is None else _check_metadata(path, snap)
+    findings += _check_view_pointer(broker.io, path, snap)
+    findings += [Finding("policies", file, why, "") for file, why in broker.policies.damaged_records(topic)]
+    return findings
+
+
+def _check_metadata(path: str, snap: Snapshot) -> list[Finding]:
+    meta, where = snap.metadata, f"{path}/{LOG_DIR}"
+    problems = []
+    try:
+        schema = json.loads(meta.schema_string)
+        if not isinstance(schema, dict) or schema.get("type") != "struct" or not isinstance(schema.get("fields"), list):
+            problems.append("its schemaString is not a Delta struct schema")
+    except (ValueError, RecursionError):
+        problems.append("its schemaString is not JSON")
+    if meta.format.provider != "parquet":
+        problems.append(f"its format is {meta.format.provider!r}, not 'parquet'")
+    if meta.partition_columns:
+        problems.append(f"it partitions by {meta.partition_columns}, which no topic does")
+    fmt = meta.configuration.get("pubsub.formatVersion")
+    if fmt is not None and fmt != "1":
+        problems.append(f"its pubsub.formatVersion is {fmt!r}, not '1'")
+    return [Finding("metaData", where, f"the metaData in force at version {snap.version}: {why}; the log was "
+                    "edited by hand or written by a foreign writer", "") for why in problems]
+
+
+def _check_view_pointer(io: FileIO, path: str, snap: Snapshot | None) -> list[Finding]:
+    from broker_core.topic.compacted_view import STATE_DIR, ViewPointer
+
+    state = VersionedState(io, f"{path}/{STATE_DIR}", anchor=path)
+    try:
+        version, doc = state.latest()
+        if doc is None:
+            return []
+        pointer = ViewPointer.from_json(version, doc, where=f"the compacted-view pointer of {path!r}")
+    except (LogCorrupted, BrokerPersistenceError) as exc:
+        return [Finding("view pointer", f"{path}/{STATE_DIR}", str(exc), "")]
+    file = f"{path}/{STATE_DIR}/{version:020d}.json"
+    problems = []
+    if not io.exists(f"{path}/{pointer.file}"):
+        problems.append(f"it names {pointer.file!r}, which does not exist")
+    if pointer.rows < 0 or pointer.horizon < 0 or pointer.rows > pointer.horizon:
+        problems.append(f"its rows ({pointer.rows}) and horizon ({pointer.horizon}) are not 0 <= rows <= horizon")
+    elif snap is not None and pointer.ledger_id == snap.ledger_id and pointer.horizon > snap.next_offset:
+        problems.append(f"its horizon {pointer.horizon} is past the log's next offset {snap.next_offset}")
+    return [Finding("view pointer", file, f"{why}; compact the topic again (`pubsub compact TOPIC`)", "")
+            for why in problems]
+
+
+__all__ = ["DAMAGED_DIR", "TAG_DATA_LOSS", "CheckResult", "Finding", "check_records", "check_topic"]

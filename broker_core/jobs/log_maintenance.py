@@ -260,7 +260,7 @@ def staged_paths(io: FileIO) -> set[str]:
             try:
                 topics = json.loads(data)["topics"] if data else {}
                 out.update(seg["path"] for segs in topics.values() for seg in segs)
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 continue
     return out
 

@@ -260,7 +260,7 @@ def read_last_checkpoint(io_: FileIO, table_path: str) -> int | None:
     try:
         hint = json.loads(data)
         return int(hint["version"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
 
 

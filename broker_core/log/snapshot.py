@@ -10,7 +10,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from broker_core.errors import LogCorrupted
-from broker_core.log.actions import Action, Add, Metadata, Protocol, Remove, Txn
+from broker_core.log.actions import INT64_MAX, Action, Add, Metadata, Protocol, Remove, Txn
 from broker_core.log.segment import codec_of
 from broker_core.log.segment_ref import TAG_BASE_OFFSET, SegmentRef
 
@@ -294,6 +294,31 @@ def _segment_from_add(action: Add, version: int) -> SegmentRef:
         ) from exc
 
 
+_COUNTERS = (TXN_NEXT_OFFSET, TXN_NEXT_ENTRY_ID, TXN_PRODUCER_EPOCH)
+
+
+def _check_counters(version: int, metadata: Metadata, txns: dict[str, Txn]) -> None:
+    """Refuse a ledger id or a counter of the library's own outside ``[0, 2**63 - 1]`` (int64, as in
+    message ids and checkpoints): a hand edit, named here with its field rather than met later as a
+    ``ValueError`` or ``OverflowError`` in every reader's poll."""
+    ledger = metadata.configuration.get(LEDGER_ID_KEY)
+    if ledger is not None and not (ledger.isascii() and ledger.isdigit() and int(ledger) <= INT64_MAX):
+        raise LogCorrupted(
+            f"log version {version} (or the checkpoint it was read from) has metaData configuration "
+            f"{LEDGER_ID_KEY} = {ledger!r}, which is not a ledger id (a decimal integer from 0 to 2**63 - 1): "
+            "the log was edited by hand; restore the commit that changed the metaData from a backup",
+            version=version, field=LEDGER_ID_KEY,
+        )
+    for app_id in _COUNTERS:
+        txn = txns.get(app_id)
+        if txn is not None and txn.version < 0:
+            raise LogCorrupted(
+                f"log version {version} (or the checkpoint it was read from) has txn {app_id} = {txn.version}, "
+                "which is negative: the log was edited by hand; restore the commit from a backup",
+                version=version, field=app_id,
+            )
+
+
 def _build(
     version: int,
     protocol: Protocol,
@@ -304,6 +329,7 @@ def _build(
     base_offsets: list[int] | None = None,
     by_path: list[dict[str, SegmentRef] | None] | None = None,
 ) -> Snapshot:
+    _check_counters(version, metadata, txns)
     next_offset = max(
         segments[-1].end_offset if segments else 0,
         txns[TXN_NEXT_OFFSET].version if TXN_NEXT_OFFSET in txns else 0,

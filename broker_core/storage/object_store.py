@@ -40,6 +40,7 @@ from obstore.exceptions import (
 from broker_core.errors import (
     BrokerPersistenceError,
     DirectoryGone,
+    InvalidConfiguration,
     StorageAccessDenied,
     StorageUnavailable,
     UnsafeStore,
@@ -328,6 +329,16 @@ class ObjectStoreFileIO:
             raise StorageUnavailable(
                 f"storage {what} of {path!r} failed: the bucket or container of {self._root_uri} does not exist; "
                 "create it or fix the URL",
+                root=self._root_uri,
+                path=path,
+            ) from None
+        except BaseException as exc:  # obstore panics (pyo3 PanicException, not an Exception) on bad config
+            if type(exc).__name__ != "PanicException":
+                raise
+            raise InvalidConfiguration(
+                f"storage {what} of {path!r} under {self._root_uri} failed inside the object-store client "
+                f"({scrub(str(exc).splitlines()[0] if str(exc) else '', self._options)[:300]}); check the "
+                f"storage options (given: {sorted(self._options)})",
                 root=self._root_uri,
                 path=path,
             ) from None

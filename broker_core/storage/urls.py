@@ -16,11 +16,12 @@ from any text (an obstore error) before it is shown.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urlparse, urlsplit
 
 from broker_core.errors import InvalidConfiguration, InvalidUrl
 
@@ -30,6 +31,10 @@ _SECRET_MARKERS = ("secret", "token", "password", "key", "sas", "credential", "s
 # object_store's HTTP client settings (the rest of the options configure the store itself)
 _CLIENT_KEYS = ("allow_http", "allow_invalid_certificates", "connect_timeout", "timeout", "proxy_url",
                 "user_agent", "pool_idle_timeout", "http1_only", "http2_only")
+# options and variables whose value obstore parses as a URL (it panics, a BaseException, on a malformed one)
+_URL_ENV = ("AWS_ENDPOINT", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT",
+            "GOOGLE_BASE_URL")
+_URI_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*")
 _OWN_KEYS = ("pubsub_single_writer", "pubsub_max_retries", "pubsub_retry_timeout_ms", "pubsub_simulated_latency")
 
 
@@ -152,6 +157,60 @@ def _without_userinfo(url: str) -> str:
     return parsed._replace(netloc="***@" + (parsed.hostname or "")).geturl()
 
 
+def _is_url_option(key: str) -> bool:
+    return "endpoint" in key or key.endswith("_url") or key.endswith("_url_s3")
+
+
+def _shown_url(value: str) -> str:
+    """``value`` without userinfo (``user:password@``), which may hold a credential."""
+    return re.sub(r"(//)[^/?#]*@", r"\1***@", value)
+
+
+def check_endpoint(name: str, value: str) -> None:
+    """Refuse an endpoint (or other URL) option obstore could not parse, before obstore sees it.
+
+    obstore parses such values only when it sends its first request, and a malformed one (a bad port,
+    an unclosed IPv6 bracket, a space) makes it panic: a ``pyo3_runtime.PanicException``, which is a
+    ``BaseException`` that escapes ``except Exception``, after a Rust backtrace on stderr.
+
+    Raises:
+        InvalidConfiguration: naming the option (or variable) and its value, userinfo masked.
+    """
+    reason = None
+    try:
+        parsed = urlsplit(value)
+        port = parsed.port  # ValueError when out of range or not a number
+        del port
+    except ValueError as exc:
+        reason = str(exc)
+    else:
+        if parsed.scheme.lower() not in ("http", "https"):
+            reason = "it must start with http:// or https://"
+        elif not parsed.hostname:
+            reason = "it names no host"
+        elif not _URI_CHARS.fullmatch(value):
+            reason = "it holds a character a URL may not (a space, a control or non-ASCII character, a quote)"
+    if reason is not None:
+        raise InvalidConfiguration(
+            f"storage option {name!r} = {_shown_url(value)!r} is not a valid endpoint URL ({reason}); "
+            "use http(s)://host[:port], e.g. http://127.0.0.1:9000",
+            option=name,
+        )
+
+
+def check_url_options(spec: RootSpec) -> None:
+    """Check every URL-valued storage option, and the standard variables that stand in for them."""
+    for key, value in spec.storage_options.items():
+        if key not in _OWN_KEYS and _is_url_option(key):
+            check_endpoint(key, value)
+    family: str | None = {"s3": "AWS_", "s3a": "AWS_", "gs": "GOOGLE_", "memory": None}.get(spec.scheme, "AZURE_")
+    for variable in _URL_ENV:
+        found = os.environ.get(variable)
+        overridden = variable.lower() in spec.storage_options
+        if family is not None and variable.startswith(family) and found and not overridden:
+            check_endpoint(f"{variable} (environment variable)", found)
+
+
 def truthy(value: str | None) -> bool:
     return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
 
@@ -163,6 +222,7 @@ def obstore_arguments(spec: RootSpec) -> dict[str, Any]:
     ``pubsub_*`` keys are taken out.  Retries default to a short total timeout so that an
     unreachable endpoint fails in seconds, not obstore's minutes.
     """
+    check_url_options(spec)
     config: dict[str, Any] = {}
     client: dict[str, Any] = {}
     for key, value in spec.storage_options.items():
@@ -205,6 +265,7 @@ def obstore_arguments(spec: RootSpec) -> dict[str, Any]:
 __all__ = [
     "OBJECT_STORE_SCHEMES",
     "RootSpec",
+    "check_endpoint",
     "is_secret_key",
     "normalise_options",
     "obstore_arguments",
