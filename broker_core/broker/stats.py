@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from broker_core.broker.broker import Broker
-from broker_core.broker.stats_fields import backlog_bytes, first_unacked, in_rates, publish_time_ms
+from broker_core.broker.stats_fields import backlog_bytes, backlog_messages, first_unacked, in_rates, publish_time_ms
 from broker_core.log.snapshot import Snapshot
 from broker_core.naming import TopicName
 from broker_core.producer.registry import ProducerRegistry
@@ -31,8 +31,7 @@ def subscription_stats(broker: Broker, topic: TopicName, subscription: str, *, n
     if doc is None:
         return {"exists": False}
     cursor = Cursor.from_json(doc)
-    start = max(cursor.mark_delete, snap.first_offset)
-    backlog = max(0, snap.next_offset - start - cursor.acked.count())
+    backlog = backlog_messages(snap, cursor)
     unacked_total = sum(rs.count() for rs in cursor.claims.values())
     consumers: list[dict[str, Any]] = []
     ranges: dict[str, list[tuple[int, int]]] = {}

@@ -51,6 +51,12 @@ def in_rates(snap: Snapshot, now_ms: int, *, window_ms: int = RATE_WINDOW_MS) ->
     return InRates(msgs / seconds, size / seconds, last)
 
 
+def backlog_messages(snap: Snapshot, cursor: Cursor) -> int:
+    """Messages the subscription has not acknowledged yet (Pulsar's ``msgBacklog``)."""
+    start = max(cursor.mark_delete, snap.first_offset)
+    return max(0, snap.next_offset - start - cursor.acked.count())
+
+
 def first_unacked(snap: Snapshot, cursor: Cursor) -> int:
     """The lowest offset the subscription has not acknowledged (``snap.next_offset`` when none)."""
     pos = max(cursor.mark_delete, snap.first_offset)
@@ -88,4 +94,4 @@ def publish_time_ms(log: TopicLog, snap: Snapshot, offset: int) -> int | None:
     return int(value) // 1000
 
 
-__all__ = ["InRates", "backlog_bytes", "first_unacked", "in_rates", "publish_time_ms"]
+__all__ = ["InRates", "backlog_bytes", "backlog_messages", "first_unacked", "in_rates", "publish_time_ms"]
