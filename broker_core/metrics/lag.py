@@ -3,7 +3,7 @@
 Spark's Python data sources cannot fill a query's ``sources[].metrics``, so the monitor computes a
 query's lag on the driver from each progress event and puts it here; the exporter serving in the same
 process (``exporter.serve``) publishes the newest values of every query it heard of.  Nothing here
-reads storage: it is a thread-safe board of numbers.
+reads storage: it is a thread-safe board of numbers, importable without ``prometheus_client``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 GAUGES: dict[str, str] = {
     "pubsub_spark_min_offsets_behind_latest": "Fewest messages a partition of the topic is behind (per query)",
@@ -54,6 +56,10 @@ class LagBoard:
             return dict(self._lags)
 
     def families(self, cluster: str) -> Iterator[Metric]:
+        """The board as Prometheus families (``prometheus_client`` is needed only here: a Spark job
+        without the ``metrics`` extra can still publish, and log)."""
+        from prometheus_client.core import GaugeMetricFamily
+
         lags = self.snapshot()
         if not lags:
             return
