@@ -3,18 +3,13 @@
 Spark's Python data sources cannot fill a query's ``sources[].metrics``, so the monitor computes a
 query's lag on the driver from each progress event and puts it here; the exporter serving in the same
 process (``exporter.serve``) publishes the newest values of every query it heard of.  Nothing here
-reads storage: it is a thread-safe board of numbers, importable without ``prometheus_client``.
+reads storage: it is a thread-safe board of numbers (no ``prometheus_client`` needed).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from prometheus_client.core import Metric
 
 GAUGES: dict[str, str] = {
     "pubsub_spark_min_offsets_behind_latest": "Fewest messages a partition of the topic is behind (per query)",
@@ -55,22 +50,19 @@ class LagBoard:
         with self._lock:
             return dict(self._lags)
 
-    def families(self, cluster: str) -> Iterator[Metric]:
-        """The board as Prometheus families (``prometheus_client`` is needed only here: a Spark job
-        without the ``metrics`` extra can still publish, and log)."""
-        from prometheus_client.core import GaugeMetricFamily
-
+    def rows(self, cluster: str) -> dict[str, list[tuple[tuple[str, ...], float]]]:
+        """The board as rows per gauge (label values in ``LABELS`` order); empty when nothing was published."""
         lags = self.snapshot()
         if not lags:
-            return
-        fams = {name: GaugeMetricFamily(name, doc, labels=LABELS) for name, doc in GAUGES.items()}
+            return {}
+        out: dict[str, list[tuple[tuple[str, ...], float]]] = {name: [] for name in GAUGES}
         for (query, topic), v in sorted(lags.items()):
-            labels = [cluster, query, topic]
-            fams["pubsub_spark_min_offsets_behind_latest"].add_metric(labels, v.min_offsets_behind)
-            fams["pubsub_spark_max_offsets_behind_latest"].add_metric(labels, v.max_offsets_behind)
-            fams["pubsub_spark_avg_offsets_behind_latest"].add_metric(labels, v.avg_offsets_behind)
-            fams["pubsub_spark_oldest_unprocessed_age_seconds"].add_metric(labels, v.oldest_unprocessed_age_s)
-        yield from fams.values()
+            labels = (cluster, query, topic)
+            out["pubsub_spark_min_offsets_behind_latest"].append((labels, v.min_offsets_behind))
+            out["pubsub_spark_max_offsets_behind_latest"].append((labels, v.max_offsets_behind))
+            out["pubsub_spark_avg_offsets_behind_latest"].append((labels, v.avg_offsets_behind))
+            out["pubsub_spark_oldest_unprocessed_age_seconds"].append((labels, v.oldest_unprocessed_age_s))
+        return out
 
 
 BOARD = LagBoard()

@@ -5,6 +5,7 @@ on S3; an unchanged topic costs one GET per log and cursor on a warm scrape; bad
 from __future__ import annotations
 
 import socket
+import time
 import subprocess
 import sys
 import urllib.request
@@ -17,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker_core import BrokerConfig, Client, InitialPosition
 from broker_core.cli import main
+from broker_core.clock import ManualClock
 from broker_core.errors import InvalidConfiguration
 from broker_core.metrics.collector import PulsarCollector, exported_names
 from broker_core.metrics.exporter import exposition, serve
@@ -162,3 +164,18 @@ def test_metrics_serve_runs_until_interrupted(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_served_text_and_prometheus_clients_own_formatting_agree(client: Client) -> None:
+    """``render`` writes the text itself (for speed); a registry holding the collector formats the same samples."""
+    from prometheus_client import generate_latest
+
+    from broker_core.metrics.exporter import registry_for
+
+    fill(client)
+    collector = PulsarCollector(Sampler(client._broker), clock=ManualClock(time.time_ns() // 1_000_000))
+    ours = families(collector.render())
+    theirs = families(generate_latest(registry_for(collector)).decode())
+    skip = {"pubsub_metrics_scrape_duration_seconds", "pubsub_metrics_scrape_storage_requests"}  # per scrape
+    assert {k: v for k, v in ours.items() if k not in skip} == {k: v for k, v in theirs.items() if k not in skip}
+    assert len(ours["pulsar_subscription_back_log"]) == 3
