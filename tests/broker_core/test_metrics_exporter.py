@@ -5,9 +5,9 @@ on S3; an unchanged topic costs one GET per log and cursor on a warm scrape; bad
 from __future__ import annotations
 
 import socket
-import time
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
