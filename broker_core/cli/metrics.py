@@ -50,6 +50,7 @@ def _port(text: str) -> int:
 def _collector(ctx: Context, args: argparse.Namespace) -> Any:
     try:
         from broker_core.metrics.collector import PulsarCollector
+        from broker_core.metrics.exporter import serve  # noqa: F401 (fails here, not later, without the extra)
         from broker_core.metrics.sampling import Sampler
     except ImportError as exc:  # prometheus_client is the ``metrics`` extra
         raise UsageError(f"pubsub metrics needs prometheus_client ({exc}): "
@@ -60,18 +61,16 @@ def _collector(ctx: Context, args: argparse.Namespace) -> Any:
 
 
 def _dump(ctx: Context, args: argparse.Namespace) -> Output:
-    from broker_core.metrics.exporter import exposition
-
     collector = _collector(ctx, args)
-    text = exposition(collector)
+    text = collector.render()
     return Output({"exposition": text, "scrapeSeconds": collector.last_duration_s,
                    "storageRequests": collector.last_requests}, text.rstrip("\n").splitlines())
 
 
 def _serve(ctx: Context, args: argparse.Namespace) -> Output:
+    collector = _collector(ctx, args)
     from broker_core.metrics.exporter import serve
 
-    collector = _collector(ctx, args)
     running = serve(collector, host=args.host, port=args.port)  # a port in use: InvalidConfiguration
     print(f"serving Pulsar metrics of {ctx.broker.io.root_uri} on {running.url} (Ctrl-C stops)", flush=True)
     try:

@@ -179,3 +179,13 @@ def test_the_served_text_and_prometheus_clients_own_formatting_agree(client: Cli
     skip = {"pubsub_metrics_scrape_duration_seconds", "pubsub_metrics_scrape_storage_requests"}  # per scrape
     assert {k: v for k, v in ours.items() if k not in skip} == {k: v for k, v in theirs.items() if k not in skip}
     assert len(ours["pulsar_subscription_back_log"]) == 3
+
+
+def test_without_prometheus_client_the_command_says_what_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "root").mkdir()
+    for name in ("prometheus_client", "broker_core.metrics.collector", "broker_core.metrics.exporter"):
+        monkeypatch.setitem(sys.modules, name, None)  # an import of any of them now fails
+    assert main(["--root", str(tmp_path / "root"), "metrics", "dump"]) == 2
+    err = capsys.readouterr().err
+    assert "prometheus_client" in err and "spark-pubsub[metrics]" in err
