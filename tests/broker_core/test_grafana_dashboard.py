@@ -27,4 +27,4 @@ def test_the_dashboard_is_grafana_json_whose_queries_name_exported_metrics() -> 
             "pubsub_spark_max_offsets_behind_latest"} <= named
     for panel in dash["panels"]:
         grid = panel["gridPos"]
-        assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24
