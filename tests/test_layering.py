@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("topic", ["topic", "schema"]),
     ("producer, subscription, message", ["producer", "subscription", "message", "crypto"]),
     ("broker, non-persistent dispatch", ["broker", "non_persistent"]),
-    ("client, jobs", ["client", "jobs"]),
+    ("client, jobs, metrics", ["client", "jobs", "metrics"]),
     ("asyncio client", ["asyncio"]),
     ("cli", ["cli"]),
     ("public surface", ["", "__main__"]),  # broker_core/__init__.py re-exports from everything

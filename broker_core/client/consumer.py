@@ -22,6 +22,7 @@ from collections import deque
 from itertools import repeat, starmap
 from operator import attrgetter, lshift, or_
 
+from broker_core.client import telemetry
 from broker_core.client.args import check_seek_target, check_type, check_type_or_none
 from broker_core.client.consumer_acks import OFFSET_BITS, unacked_key
 from broker_core.client.consumer_dispatch import ConsumerDispatch
@@ -244,6 +245,7 @@ class Consumer(ConsumerDispatch):
             if msg is None:
                 return
             self._schedule_nack(msg)
+        telemetry.NACKS.add(1, self._telemetry)
         self._wake.set()
 
     def _redeliver(self, msgs: list[Message]) -> None:
@@ -351,6 +353,7 @@ class Consumer(ConsumerDispatch):
         if self._closed:
             return
         self._shutdown(leave=True)
+        telemetry.CONSUMER_CLOSED.add(1, self._telemetry)
 
     def _shutdown(self, *, leave: bool) -> None:
         with self._cv:

@@ -16,6 +16,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from broker_core.client import telemetry
 from broker_core.client.consumer_acks import ConsumerAcks
 from broker_core.client.subscription_part import SubscriptionPart
 from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
@@ -340,6 +341,7 @@ class ConsumerDispatch(ConsumerAcks):
             with self._cv:
                 self._queue.extend(ready)
                 self._cv.notify_all()
+            telemetry.record_received(self._telemetry, ready)
 
 
 __all__ = ["ConsumerDispatch"]
