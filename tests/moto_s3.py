@@ -57,8 +57,15 @@ class MotoS3:
             "AWS_EC2_METADATA_DISABLED": "true",
         }
 
-    def fresh_root(self) -> str:
-        return f"s3://{BUCKET}/{uuid.uuid4().hex[:16]}"
+    def fresh_root(self, *, create: bool = True) -> str:
+        """A new prefix, created as a root (its marker written: an empty prefix is no root) unless not ``create``."""
+        url = f"s3://{BUCKET}/{uuid.uuid4().hex[:16]}"
+        if create:
+            from broker_core.broker.root_check import open_root
+            from broker_core.storage import file_io_for
+
+            open_root(file_io_for(url, storage_options=self.storage_options), url, create_root=True)
+        return url
 
     def create_bucket(self, name: str) -> None:
         request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")

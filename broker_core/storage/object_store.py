@@ -20,6 +20,7 @@ What the local primitives become (``docs/PROTOCOL.md`` section "Object stores"):
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -49,6 +50,7 @@ from broker_core.storage.urls import scrub
 
 TOMBSTONE_DIR = "_pubsub/deleted"
 PROBE_DIR = "_pubsub/probes"
+ROOT_MARKER = "_pubsub/root.json"
 REQUEST_TYPES = ("GET", "HEAD", "PUT", "LIST", "DELETE")
 _CONFLICT_RETRIES = 8
 
@@ -135,6 +137,7 @@ class ObjectStoreFileIO:
         self._single_writer = single_writer
         self._checked = threading.Event()
         self._check_lock = threading.Lock()
+        self._present = False
 
     def __repr__(self) -> str:
         return f"ObjectStoreFileIO({self._root_uri!r})"
@@ -148,13 +151,20 @@ class ObjectStoreFileIO:
         return False
 
     def root_status(self) -> str:
-        """Always ``"directory"``: the bucket's existence was checked when the root was opened (a
-        missing bucket is ``StorageUnavailable`` naming it), and a key prefix needs no creating."""
-        return "directory"
+        """``"directory"`` if anything is stored under the prefix (the root marker, ``_pubsub/`` files or
+        topics: a root written before the marker existed has those), else ``"missing"``: a prefix has no
+        existence of its own, so an empty one is a typo or a root never created (one LIST, then
+        remembered; a missing bucket is ``StorageUnavailable`` naming it)."""
+        if not self._present:  # memory:// lives and dies with its process: nothing to mistype into
+            self._present = bool(self.list_dir("")) or self._root_uri.startswith("memory://")
+        return "directory" if self._present else "missing"
 
     def make_root(self) -> None:
-        """Nothing to create: a prefix exists as soon as a key is written under it (buckets are
-        created by their owner, never by this library)."""
+        """Write the root marker ``_pubsub/root.json`` (buckets are created by their owner, never by this
+        library): from then on the prefix is a root, even before a topic is written."""
+        body = json.dumps({"createdAtMs": int(time.time() * 1000)}).encode() + b"\n"
+        self.put_if_absent(ROOT_MARKER, body)
+        self._present = True
 
     @property
     def request_counts(self) -> dict[str, int]:
@@ -360,4 +370,6 @@ class ObjectStoreFileIO:
         )
 
 
-__all__ = ["PROBE_DIR", "REQUEST_TYPES", "TOMBSTONE_DIR", "ConflictInFlight", "ObjectStoreFileIO", "StoreOps"]
+__all__ = [
+    "PROBE_DIR", "REQUEST_TYPES", "ROOT_MARKER", "TOMBSTONE_DIR", "ConflictInFlight", "ObjectStoreFileIO", "StoreOps",
+]
