@@ -394,11 +394,11 @@ def _split_ranges(ranges: list[tuple[int, int]], limit: int | None) -> list[list
     return [p for p in pieces if p]
 
 
-def read_plan(options: Any) -> TypedRead | None:
+def read_plan(options: Any, planner: PartitionPlanner | None = None) -> TypedRead | None:
     """The typed read of a source's options (driver side; resolves the topics like the planner)."""
     if options.value_format == "binary":
         return None
-    planner = PartitionPlanner(options)
+    planner = planner or PartitionPlanner(options)
     return resolve_read(options.value_format, options.root, [t for t, _, _ in planner.internal_topics()],
                         storage_options=options.storage_options)
 
