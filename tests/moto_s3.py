@@ -13,6 +13,7 @@ commit of the project is such a PUT; two winners are a lost update that real S3 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import subprocess
@@ -20,7 +21,7 @@ import sys
 import threading
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +124,34 @@ def stop_moto(server: MotoS3) -> None:
     except subprocess.TimeoutExpired:
         server.process.kill()
         server.process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def refusing_metadata_service() -> Iterator[str]:
+    """A stand-in for the instance-metadata service on 127.0.0.1 that refuses every request (403), as
+    the real one does off EC2 or without a role; yields its URL for ``aws_metadata_endpoint``, so a
+    test of "no credentials" never reaches 169.254.169.254."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Refuse(BaseHTTPRequestHandler):
+        def _refuse(self) -> None:
+            self.send_response(403)
+            self.end_headers()
+            self.wfile.write(b"Forbidden")
+
+        do_GET = do_PUT = _refuse
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 _WRITES = frozenset({"PUT", "POST", "DELETE"})

@@ -46,13 +46,15 @@ from broker_core.errors import (
     UnsafeStore,
 )
 from broker_core.storage.protocol import FileStatus, check_key
-from broker_core.storage.urls import scrub
+from broker_core.storage.urls import has_aws_credentials, scrub
 
 TOMBSTONE_DIR = "_pubsub/deleted"
 PROBE_DIR = "_pubsub/probes"
 ROOT_MARKER = "_pubsub/root.json"
 REQUEST_TYPES = ("GET", "HEAD", "PUT", "LIST", "DELETE")
 _CONFLICT_RETRIES = 8
+# what obstore's error says when it fell back to the instance-metadata service for credentials
+_METADATA_HINTS = ("169.254.169.254", "/latest/api/token", "/latest/meta-data", "fd00:ec2::254")
 
 
 class ConflictInFlight(Exception):
@@ -344,6 +346,18 @@ class ObjectStoreFileIO:
 
     def _translate(self, what: str, path: str, exc: BaseException) -> BrokerPersistenceError:
         detail = scrub(str(exc).split("\n")[0], self._options)[:400]
+        if self._root_uri.startswith(("s3://", "s3a://")) and not has_aws_credentials(self._options) and (
+                isinstance(exc, PermissionDeniedError | UnauthenticatedError) or " 403 " in detail
+                or " 401 " in detail or any(hint in detail for hint in _METADATA_HINTS)):
+            return StorageAccessDenied(
+                f"storage {what} of {path!r} under {self._root_uri} failed: no credentials are configured, so the "
+                "store asked the instance-metadata service for some, which gave none; set the storage options "
+                "aws_access_key_id and aws_secret_access_key (Spark: .option('storage.aws_access_key_id', ...), "
+                "CLI: --storage-option aws_access_key_id=...) or the environment variables AWS_ACCESS_KEY_ID and "
+                f"AWS_SECRET_ACCESS_KEY, or run where an instance role provides them ({detail})",
+                root=self._root_uri,
+                path=path,
+            )
         if isinstance(exc, PermissionDeniedError | UnauthenticatedError) or " 403 " in detail:
             return StorageAccessDenied(
                 f"storage {what} of {path!r} under {self._root_uri} was denied: the credentials are wrong or lack "

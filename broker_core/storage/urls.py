@@ -72,6 +72,20 @@ def scrub(text: str, options: Mapping[str, Any]) -> str:
     return text
 
 
+_AWS_CREDENTIAL_KEYS = ("access_key_id", "secret_access_key", "session_token", "token", "skip_signature",
+                        "web_identity_token_file", "container_credentials_relative_uri",
+                        "container_credentials_full_uri")
+
+
+def has_aws_credentials(options: Mapping[str, str]) -> bool:
+    """Whether S3 credentials (or unsigned access) come from ``options`` or the ``AWS_*`` environment;
+    without them obstore falls back to the instance-metadata service."""
+    given = {key.removeprefix("aws_") for key, value in options.items() if value}
+    if given & set(_AWS_CREDENTIAL_KEYS):
+        return True
+    return any(os.environ.get(f"AWS_{key.upper()}") for key in _AWS_CREDENTIAL_KEYS)
+
+
 def normalise_options(storage_options: Mapping[str, Any] | None) -> dict[str, str]:
     """Lower-case keys and string values; refuse what is not a flat str -> str mapping."""
     if storage_options is None:
@@ -243,6 +257,7 @@ def obstore_arguments(spec: RootSpec) -> dict[str, Any]:
 __all__ = [
     "OBJECT_STORE_SCHEMES",
     "RootSpec",
+    "has_aws_credentials",
     "is_secret_key",
     "normalise_options",
     "obstore_arguments",

@@ -4,6 +4,7 @@ storage_options, the CLI, and bad input (missing bucket, unreachable endpoint) a
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from broker_core.errors import BrokerPersistenceError, StorageAccessDenied, Stor
 from broker_core.storage import file_io_for
 
 sys.path.insert(0, __file__.rsplit("/tests/", 1)[0] + "/tests")
-from moto_s3 import BUCKET, SECRET_ACCESS_KEY, MotoS3, start_moto, stop_moto
+from moto_s3 import BUCKET, SECRET_ACCESS_KEY, MotoS3, refusing_metadata_service, start_moto, stop_moto
 
 
 def test_produce_consume_ack_on_s3(moto_s3: MotoS3) -> None:
@@ -198,3 +199,26 @@ def test_a_root_created_before_the_marker_existed_still_opens(moto_s3: MotoS3) -
     older = open_object_store(parse_root(url, moto_s3.storage_options))  # uncached: asks the store again
     open_root(older, url, create_root=False)
     assert older.read_bytes("_pubsub/root.json") is None  # opening for use writes no marker
+
+
+def test_missing_credentials_are_named_as_such_not_as_a_metadata_403(moto_s3: MotoS3,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """No credentials anywhere: obstore asks the instance-metadata service (here a refusing stand-in
+    on 127.0.0.1), and the error says what is missing and where to set it."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    with refusing_metadata_service() as metadata:
+        options = {"aws_endpoint": moto_s3.endpoint, "aws_allow_http": "true", "aws_region": "us-east-1",
+                   "aws_metadata_endpoint": metadata, "pubsub_max_retries": "0"}
+        url = moto_s3.fresh_root(create=False)
+        with pytest.raises(StorageAccessDenied, match="no credentials are configured") as info:
+            Client(url, storage_options=options)
+        text = str(info.value)
+        assert url in text and "aws_access_key_id" in text and "AWS_ACCESS_KEY_ID" in text
+        # credentials from the environment, or unsigned access, count as configured
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONG")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
+        from broker_core.storage.urls import has_aws_credentials
+
+        assert has_aws_credentials({}) and has_aws_credentials({"aws_skip_signature": "true"})

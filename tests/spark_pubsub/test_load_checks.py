@@ -95,3 +95,24 @@ def test_min_offsets_per_trigger_is_kafkas_name_for_min_messages_per_trigger(roo
     later = PubSubStreamReader(options)
     later.prepareForTriggerAvailableNow()
     assert later.latestOffset(start, later.getDefaultReadLimit())["parts"] == {ORDERS: 5}
+
+
+def test_a_read_without_storage_options_says_the_credentials_are_missing(moto_s3: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The instance-metadata service is a refusing stand-in on 127.0.0.1 (never 169.254.169.254)."""
+    import os
+
+    from moto_s3 import refusing_metadata_service
+
+    from broker_core.errors import StorageAccessDenied
+
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    url = moto_s3.fresh_root(create=False)
+    with refusing_metadata_service() as metadata, pytest.raises(StorageAccessDenied) as info:
+        schema_of(url, topic="orders", **{"storage.aws_endpoint": moto_s3.endpoint, "storage.aws_allow_http": "true",
+                                          "storage.aws_metadata_endpoint": metadata,
+                                          "storage.pubsub_max_retries": "0"})
+    assert "no credentials are configured" in str(info.value)
+    assert "storage.aws_access_key_id" in str(info.value)
