@@ -77,6 +77,20 @@ def scrub(text: str, options: Mapping[str, Any]) -> str:
     return text
 
 
+_AWS_CREDENTIAL_KEYS = ("access_key_id", "secret_access_key", "session_token", "token", "skip_signature",
+                        "web_identity_token_file", "container_credentials_relative_uri",
+                        "container_credentials_full_uri")
+
+
+def has_aws_credentials(options: Mapping[str, str]) -> bool:
+    """Whether S3 credentials (or unsigned access) come from ``options`` or the ``AWS_*`` environment;
+    without them obstore falls back to the instance-metadata service."""
+    given = {key.removeprefix("aws_") for key, value in options.items() if value}
+    if given & set(_AWS_CREDENTIAL_KEYS):
+        return True
+    return any(os.environ.get(f"AWS_{key.upper()}") for key in _AWS_CREDENTIAL_KEYS)
+
+
 def normalise_options(storage_options: Mapping[str, Any] | None) -> dict[str, str]:
     """Lower-case keys and string values; refuse what is not a flat str -> str mapping."""
     if storage_options is None:
@@ -215,6 +229,43 @@ def truthy(value: str | None) -> bool:
     return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
 
 
+_ENDPOINT_KEYS = ("endpoint", "endpoint_url")
+
+
+def _check_plain_http(spec: RootSpec, config: Mapping[str, str], client: Mapping[str, Any]) -> None:
+    """Refuse an ``http://`` endpoint unless HTTP is allowed: obstore's own answer is a bare
+    "builder error" at the first request, which names neither the option nor the endpoint."""
+    if client.get("allow_http"):
+        return
+    prefix = {"s3": "aws", "s3a": "aws", "gs": "google", "az": "azure", "abfs": "azure", "abfss": "azure"}.get(
+        spec.scheme)
+    if prefix is None:
+        return
+    found = [(key, value) for key, value in config.items()
+             if key.removeprefix(f"{prefix}_") in _ENDPOINT_KEYS]
+    if prefix == "aws" and not found:
+        found = [(name, os.environ[name]) for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT") if os.environ.get(name)][:1]
+    for key, value in found:
+        if value.strip().lower().startswith("http://"):
+            raise InvalidConfiguration(
+                f"the endpoint {_endpoint_shown(value.strip())!r} (from {key}) of {spec.url} is plain HTTP, which the "
+                f"store refuses unless allowed: set the storage option {prefix}_allow_http=true (Spark: "
+                f"storage.{prefix}_allow_http, CLI: --storage-option {prefix}_allow_http=true"
+                + (", or the environment variable AWS_ALLOW_HTTP=true" if prefix == "aws" else "")
+                + "), or use an https:// endpoint",
+                option=f"{prefix}_allow_http",
+                root=spec.url,
+            )
+
+
+def _endpoint_shown(endpoint: str) -> str:
+    """The endpoint without any user or password in it (its host and port stay)."""
+    parsed = urlparse(endpoint)
+    if "@" not in parsed.netloc:
+        return endpoint
+    return parsed._replace(netloc="***@" + parsed.netloc.rsplit("@", 1)[1]).geturl()
+
+
 def obstore_arguments(spec: RootSpec) -> dict[str, Any]:
     """The keyword arguments for ``obstore.store.from_url``: store config, client options, retries.
 
@@ -243,6 +294,7 @@ def obstore_arguments(spec: RootSpec) -> dict[str, Any]:
         env = os.environ.get(f"AWS_{plain.upper()}") if spec.scheme in ("s3", "s3a") else None
         if plain not in client and env is not None:
             client[plain] = truthy(env)
+    _check_plain_http(spec, config, client)
     try:
         max_retries = int(spec.storage_options.get("pubsub_max_retries", "3"))
         retry_timeout_ms = int(spec.storage_options.get("pubsub_retry_timeout_ms", "15000"))
@@ -266,6 +318,8 @@ __all__ = [
     "OBJECT_STORE_SCHEMES",
     "RootSpec",
     "check_endpoint",
+
+    "has_aws_credentials",
     "is_secret_key",
     "normalise_options",
     "obstore_arguments",
