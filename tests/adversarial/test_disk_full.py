@@ -122,10 +122,9 @@ def disk(any_root: Root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
         return
     mount = tmp_path / "mnt"
     if _mount_tmpfs(mount):
-        (mount / "root").mkdir()
-        full_disk = FullDisk("local", str(mount / "root"), {}, monkeypatch, mount)
-        try:
-            yield full_disk
+        try:  # unmounted whatever happens, so a failed test leaves no mount behind
+            (mount / "root").mkdir()
+            yield FullDisk("local", str(mount / "root"), {}, monkeypatch, mount)
         finally:
             subprocess.run(["umount", "-l", str(mount)], check=False)
         return
