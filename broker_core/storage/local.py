@@ -194,10 +194,12 @@ class LocalFileIO:
             raise self._error("write", path, exc) from exc
         try:
             self._write_all(fd, data)
-        except OSError as exc:
+        except OSError as exc:  # a full disk mid-way: the part written would stay, unnamed, until a
+            os.close(fd)  # leftovers job, taking the space a retry needs; nothing references it yet
+            with contextlib.suppress(OSError):
+                os.unlink(final)
             raise self._error("write", path, exc) from exc
-        finally:
-            os.close(fd)
+        os.close(fd)
         if self._fsync:  # the directory entry must survive a power loss as well as the bytes
             try:
                 self._fsync_dir(directory)
