@@ -9,6 +9,7 @@ poll interval and the set of open handles that ``close`` closes.  ``Client`` (``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import weakref
@@ -152,11 +153,10 @@ def _close_inherited() -> None:
     (each public method checks ``_closed`` before it takes a lock), and ``close()`` returns at once,
     touching nothing the parent still owns (its producer registrations, its consumers' claims)."""
     for client in list(_CLIENTS):
-        for handle in list(client._handles):
-            handle._created_before_fork = True
-            handle._closed = True
-        client._created_before_fork = True
-        client._closed = True
+        for thing in [*client._handles, client]:
+            with contextlib.suppress(AttributeError):  # one that cannot be marked must not stop the others
+                thing._created_before_fork = True
+                thing._closed = True
     _CLIENTS.clear()
 
 

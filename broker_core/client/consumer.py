@@ -123,10 +123,10 @@ class Consumer(ConsumerDispatch):
             self._tick_lock.release()
 
     def _receive_waiting(self, timeout_millis: int | None) -> Message:
-        if self._closed:  # before any lock: one held at a fork stays held in the child
-            self._check_open()
         if self._listener is not None:
             raise InvalidConfiguration("receive() cannot be used on a consumer with a message_listener")
+        if self._closed:  # before any lock: one held at a fork stays held in the child
+            self._check_open()
         deadline = None
         if timeout_millis is not None:
             check_type_or_none(int, timeout_millis, "timeout_millis")
