@@ -5,8 +5,8 @@
 sending all along, so a fork may land while one of its threads holds a lock; ``"closed"``: closed
 before the first fork), ``children`` (what the children do, taken in turn: ``"new"``: the child
 opens a Client of its own; ``"inherited"``: the child first uses the parent's (open) client,
-producer, consumer and reader, each of which must raise ``CreatedBeforeFork`` at once, then opens
-its own; ``"mp"``: a ``multiprocessing`` 'fork' worker opens its own), ``iterations`` and
+producer, consumer, reader (and on S3 its Admin), each of which must raise ``CreatedBeforeFork``
+at once, then opens its own; ``"mp"``: a ``multiprocessing`` 'fork' worker opens its own), ``iterations`` and
 ``child_timeout_s``.
 
 A child that does not finish within ``child_timeout_s`` is killed and reported ``"hung"``, so the
@@ -27,7 +27,7 @@ import time
 import traceback
 from typing import Any
 
-from broker_core import Client, CreatedBeforeFork, InitialPosition, MessageId
+from broker_core import Admin, Client, CreatedBeforeFork, InitialPosition, MessageId
 
 TOPIC = "persistent://public/default/forked"
 _RECEIVE_MS = 20_000
@@ -76,6 +76,18 @@ def inherited_fail_fast(handles: dict[str, Any]) -> None:
     started = time.monotonic()
     handles["client"].close()
     assert time.monotonic() - started < _FAST_S, "the parent's client.close() was slow in the child"
+    url = handles["url"]
+    if url.startswith("s3://"):  # the parent's Admin holds the parent's store: refused at its first request
+        started = time.monotonic()
+        try:
+            handles["admin"].list_subscriptions(TOPIC)
+        except CreatedBeforeFork:
+            assert time.monotonic() - started < _FAST_S
+        else:
+            raise AssertionError("the parent's Admin reached S3 from the child")
+    else:  # on a folder it does plain file I/O, and still works
+        assert "parent" in handles["admin"].list_subscriptions(TOPIC)
+    assert "parent" in Admin.open(url).list_subscriptions(TOPIC)  # the child's own Admin
 
 
 def _mp_worker(url: str, tag: str) -> None:
@@ -142,7 +154,8 @@ def main() -> None:
     received = consumer.receive(_RECEIVE_MS)
     reader = client.create_reader(TOPIC, MessageId.earliest)
     assert reader.read_next(_RECEIVE_MS).data() == b"parent-first"
-    handles = {"client": client, "producer": producer, "consumer": consumer, "reader": reader, "received": received}
+    handles = {"client": client, "producer": producer, "consumer": consumer, "reader": reader, "received": received,
+               "admin": Admin.open(config["url"]), "url": config["url"]}
     stop = threading.Event()
     sender = None
     if config["parent"] == "open":
