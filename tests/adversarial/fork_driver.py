@@ -17,6 +17,7 @@ sends after the forks).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -118,6 +119,7 @@ def run_child(config: dict[str, Any], handles: dict[str, Any], iteration: int) -
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
+        os.setpgid(0, 0)  # a group of its own: a hung child is killed with what it started
         os.close(read_end)
         code = 0
         try:
@@ -139,6 +141,8 @@ def run_child(config: dict[str, Any], handles: dict[str, Any], iteration: int) -
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         status = "hung"
+    with contextlib.suppress(ProcessLookupError):  # a worker the child started and left hanging
+        os.killpg(pid, signal.SIGKILL)
     error = os.read(read_end, 4000).decode(errors="replace") if status == "failed" else ""
     os.close(read_end)
     mode = config["children"][iteration % len(config["children"])]
