@@ -83,8 +83,8 @@ class StoreOps:
             self.counts[kind] += n
 
     def get(self, key: str) -> bytes | None:
+        module = self._module()  # first: a pre-fork handle's ``_lock`` may be held for good in a child
         self.count("GET")
-        module = self._module()
         try:
             with obstore_runtime.native_errors(module):
                 return bytes(module.get(self.store, key).bytes())
@@ -92,8 +92,8 @@ class StoreOps:
             return None
 
     def head(self, key: str) -> dict[str, Any] | None:
-        self.count("HEAD")
         module = self._module()
+        self.count("HEAD")
         try:
             with obstore_runtime.native_errors(module):
                 return dict(module.head(self.store, key))
@@ -102,9 +102,9 @@ class StoreOps:
 
     def put(self, key: str, data: bytes | memoryview | pa.Buffer, *, create: bool) -> None:
         """Raise ``AlreadyExistsError``/``PreconditionError`` when ``create`` and the key exists."""
+        module = self._module()
         self.count("PUT")
         payload = data if isinstance(data, bytes) else memoryview(data).tobytes()
-        module = self._module()
         try:
             with obstore_runtime.native_errors(module):
                 module.put(self.store, key, payload, mode="create" if create else "overwrite")
@@ -115,8 +115,8 @@ class StoreOps:
 
     def list_delimited(self, prefix: str) -> tuple[list[str], list[str]]:
         """(common prefixes, object keys) directly under ``prefix`` (which ends with ``/`` or is empty)."""
-        self.count("LIST")
         module = self._module()
+        self.count("LIST")
         with obstore_runtime.native_errors(module):
             result = module.list_with_delimiter(self.store, prefix or None)
         return list(result["common_prefixes"]), [meta["path"] for meta in result["objects"]]
