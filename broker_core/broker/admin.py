@@ -26,6 +26,7 @@ from broker_core.errors import (
 from broker_core.naming import NamespaceName, TopicName, validate_tenant
 from broker_core.producer.registry import ProducerRegistry
 from broker_core.schema.registry import SchemaRegistry
+from broker_core.storage.fork import on_fork_in_child
 from broker_core.subscription.cursor import Cursor
 from broker_core.subscription.cursor_store import CursorStore, list_subscriptions, validate_subscription_name
 from broker_core.topic.topic_log import TopicLog
@@ -188,6 +189,14 @@ class Admin(Tenancy):
 
 _ADMINS_LOCK = threading.Lock()
 _ADMINS: dict[object, Admin] = {}
+
+
+def _forget_after_fork() -> None:
+    global _ADMINS_LOCK, _ADMINS
+    _ADMINS_LOCK, _ADMINS = threading.Lock(), {}
+
+
+on_fork_in_child(_forget_after_fork)
 
 
 def shared_admin(root: OpenedRoot) -> Admin:

@@ -24,6 +24,7 @@ from broker_core.log.checkpoint import LOG_DIR
 from broker_core.naming import TopicName
 from broker_core.schema.attach import SchemaRegistries
 from broker_core.storage import FileIO, LocalFileIO
+from broker_core.storage.fork import on_fork_in_child
 from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
 from broker_core.subscription.cursor_store import CursorStore
 from broker_core.topic.policies import PolicyStore
@@ -33,6 +34,15 @@ from broker_core.topic.watch import ChangeNotifier, PollingNotifier, Unwatch, lo
 _PATTERN_PREFIX = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/")
 _REGISTRY_LOCK = threading.Lock()
 _BROKERS: dict[object, Broker] = {}
+
+
+def _forget_after_fork() -> None:
+    """A forked child's clients get brokers of their own (the parent's hold its notifier and handles)."""
+    global _REGISTRY_LOCK, _BROKERS
+    _REGISTRY_LOCK, _BROKERS = threading.Lock(), {}
+
+
+on_fork_in_child(_forget_after_fork)
 
 
 def notifier_for(io: FileIO, config: BrokerConfig) -> ChangeNotifier:

@@ -14,12 +14,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from broker_core.storage.fork import on_fork_in_child
 from broker_core.subscription.cursor_store import CursorStore
 from broker_core.topic.topic_log import TopicLog
 
 _REGISTRY_LOCK = threading.Lock()
 _TOPIC_LOGS: dict[tuple[str, str], TopicLog] = {}
 _CURSOR_STORES: dict[tuple[str, str, str], CursorStore] = {}
+
+
+def _forget_after_fork() -> None:
+    """A forked child opens its own handles: the parent's may hold locks of threads gone in the child."""
+    global _REGISTRY_LOCK, _TOPIC_LOGS, _CURSOR_STORES
+    _REGISTRY_LOCK, _TOPIC_LOGS, _CURSOR_STORES = threading.Lock(), {}, {}
+
+
+on_fork_in_child(_forget_after_fork)
 
 
 def shared_topic_log(root_uri: str, path: str, open_log: Callable[[], TopicLog]) -> TopicLog:

@@ -9,6 +9,7 @@ poll interval and the set of open handles that ``close`` closes.  ``Client`` (``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import weakref
@@ -27,10 +28,13 @@ from broker_core.clock import SYSTEM_CLOCK, Clock
 from broker_core.config.settings import BrokerConfig
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported
 from broker_core.naming import TopicName
+from broker_core.storage.fork import created_before_fork, on_fork_in_child
 
 
 class ClientCore:
     """A client's construction and the state its handles share; ``Client`` adds the factories on top."""
+
+    _created_before_fork = False  # set in a forked child on every client and handle of the parent
 
     def __init__(
         self,
@@ -92,9 +96,12 @@ class ClientCore:
         self._closed = False
         self._lock = threading.Lock()
         self._handles: weakref.WeakSet[Any] = weakref.WeakSet()
+        _CLIENTS.add(self)
 
     def _check_open(self) -> None:
         if self._closed:
+            if self._created_before_fork:
+                raise created_before_fork("this Client")
             raise AlreadyClosed("the client is closed; create a new Client")
 
     def _topic_dir(self, topic: TopicName) -> str:
@@ -135,6 +142,25 @@ class ClientCore:
     def shutdown(self) -> None:
         """Close without waiting for more than the pending flushes (same as ``close`` here)."""
         self.close()
+
+
+_CLIENTS: weakref.WeakSet[ClientCore] = weakref.WeakSet()
+
+
+def _close_inherited() -> None:
+    """In a forked child, every client and handle of the parent is closed by the fork: their threads
+    are gone and their locks may be held for good, so each use raises ``CreatedBeforeFork`` at once
+    (each public method checks ``_closed`` before it takes a lock), and ``close()`` returns at once,
+    touching nothing the parent still owns (its producer registrations, its consumers' claims)."""
+    for client in list(_CLIENTS):
+        for thing in [*client._handles, client]:
+            with contextlib.suppress(AttributeError):  # one that cannot be marked must not stop the others
+                thing._created_before_fork = True
+                thing._closed = True
+    _CLIENTS.clear()
+
+
+on_fork_in_child(_close_inherited)
 
 
 __all__ = ["ClientCore"]

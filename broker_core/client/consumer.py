@@ -88,7 +88,7 @@ class Consumer(ConsumerDispatch):
 
     def receive(self, timeout_millis: int | None = None) -> Message:
         """The next message; ``Timeout`` if none arrives within ``timeout_millis`` (None: wait forever)."""
-        if self._listener is None and (timeout_millis is None or type(timeout_millis) is int):
+        if self._listener is None and not self._closed and (timeout_millis is None or type(timeout_millis) is int):
             with self._lock:  # a message already queued: taken at once (the per-message path of a backlog,
                 queue = self._queue  # so ``_take`` and ``_ask_refill`` are inline: two calls less per message)
                 if queue and not self._closed:
@@ -126,6 +126,8 @@ class Consumer(ConsumerDispatch):
     def _receive_waiting(self, timeout_millis: int | None) -> Message:
         if self._listener is not None:
             raise InvalidConfiguration("receive() cannot be used on a consumer with a message_listener")
+        if self._closed:  # before any lock: one held at a fork stays held in the child
+            self._check_open()
         deadline = None
         if timeout_millis is not None:
             check_type_or_none(int, timeout_millis, "timeout_millis")

@@ -22,6 +22,7 @@ from broker_core.client.policies import ConsumerBatchReceivePolicy
 from broker_core.client.receive_batch import collect_batch
 from broker_core.errors import AlreadyClosed, CumulativeAcknowledgementNotAllowedError, PulsarException
 from broker_core.message import Message
+from broker_core.storage.fork import created_before_fork
 from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
 from broker_core.subscription.cursor import ConsumerType
 
@@ -86,8 +87,12 @@ class ConsumerBase(abc.ABC):
 
     _gone: PulsarException | None = None  # set when the consumer stopped because its topic was deleted
 
+    _created_before_fork = False  # set in a forked child (``client_core``)
+
     def _check_open(self) -> None:
         if self._closed:
+            if self._created_before_fork:
+                raise created_before_fork(f"consumer {self._name!r} on {self._topic_label}")
             gone, self._gone = self._gone, None
             if gone is not None:  # raised once; from then on the consumer is simply closed
                 raise gone
@@ -107,6 +112,8 @@ class ConsumerBase(abc.ABC):
     def batch_receive(self) -> list[Message]:
         """Messages up to the batch receive policy's limits, waiting at most its timeout; damaged
         storage is raised once, as by ``receive``, after every message before it."""
+        if self._closed:
+            self._check_open()
         return collect_batch(self._cv, self._queue, self._take_many, self._check_open, self._batch_policy,
                              self._pending_damage)
 

@@ -51,6 +51,7 @@ from broker_core.naming import TopicName
 from broker_core.producer.bulk import PartitionAppend, to_segment_rows
 from broker_core.producer.registry import ProducerAccessMode, ProducerRegistry
 from broker_core.producer.routing import MessageRouter
+from broker_core.storage.fork import created_before_fork
 from broker_core.topic.policies import EffectivePolicies
 
 if TYPE_CHECKING:
@@ -325,6 +326,8 @@ class Producer(ProducerSender):
 
     def flush(self) -> None:
         """Commit everything queued so far and wait until it is durable."""
+        if self._created_before_fork:  # before any lock: one held at a fork stays held in the child
+            raise created_before_fork(f"producer {self._name!r} on {self._topic}")
         with self._cond:
             targets = [q.enqueued for q in self._queues]
             for q in self._queues:

@@ -30,6 +30,7 @@ from broker_core.errors import AlreadyClosed, InvalidConfiguration, MessageTooBi
 from broker_core.message import Message
 from broker_core.message_id import MessageId
 from broker_core.producer.routing import CustomRouter, RoundRobinRouter
+from broker_core.storage.fork import created_before_fork
 
 if TYPE_CHECKING:
     import threading
@@ -55,6 +56,7 @@ class ProducerQueueing(ProducerConnection):
     _lock: threading.RLock
     _cond: threading.Condition
     _closed: bool
+    _created_before_fork = False  # set in a forked child (``client_core``)
     _block: bool
     _max_pending: int
     _max_pending_total: int
@@ -83,6 +85,8 @@ class ProducerQueueing(ProducerConnection):
         callback: Callable[[PendingMessage], None] | None = None,
     ) -> PendingMessage | None:
         if self._closed:
+            if self._created_before_fork:
+                raise created_before_fork(f"producer {self._name!r} on {self._topic}")
             raise AlreadyClosed(f"producer {self._name!r} on {self._topic} is closed")
         if self._failure is not None:
             raise self._failure

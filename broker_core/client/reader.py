@@ -34,6 +34,7 @@ from broker_core.log.snapshot import Snapshot
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
+from broker_core.storage.fork import created_before_fork
 from broker_core.topic.compacted_view import CompactedTopic, ViewSlice
 from broker_core.topic.topic_log import TopicLog
 from broker_core.topic.watch import PollSchedule
@@ -150,8 +151,12 @@ class Reader:
     def is_connected(self) -> bool:
         return not self._closed
 
+    _created_before_fork = False  # set in a forked child (``client_core``)
+
     def _check_open(self) -> None:
         if self._closed:
+            if self._created_before_fork:
+                raise created_before_fork(f"reader {self._name!r} on {self._topic}")
             raise AlreadyClosed(f"reader {self._name!r} on {self._topic} is closed")
 
     def _stop_if_deleted(self, exc: BaseException) -> None:

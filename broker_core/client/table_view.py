@@ -34,6 +34,7 @@ from broker_core.errors import AlreadyClosed, PulsarException
 from broker_core.message import Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
+from broker_core.storage.fork import created_before_fork
 from broker_core.topic.watch import PollSchedule
 
 
@@ -258,8 +259,12 @@ class TableView:
         """The decoded values, as a snapshot."""
         return [value for _, value in self.items()]
 
+    _created_before_fork = False  # set in a forked child (``client_core``)
+
     def _check_open(self) -> None:
         if self._closed:
+            if self._created_before_fork:
+                raise created_before_fork(f"table view on {self._topic}")
             raise AlreadyClosed(f"table view on {self._topic} is closed")
 
     def __str__(self) -> str:

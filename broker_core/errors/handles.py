@@ -21,6 +21,12 @@ class AlreadyClosed(PulsarException):
     """The client, producer, consumer or reader was closed."""
 
 
+class CreatedBeforeFork(AlreadyClosed):
+    """A client, producer, consumer, reader or storage handle was created before this process was
+    forked: its threads and connections stayed in the parent.  Create the ``Client`` after the fork,
+    or start workers with the ``spawn`` or ``forkserver`` method."""
+
+
 class ProducerBusy(PulsarException):
     """The topic's access mode refuses this producer (another producer holds it)."""
 

@@ -12,6 +12,7 @@ import threading
 
 from broker_core.naming import NamespaceName, TopicName
 from broker_core.non_persistent.topic import NonPersistentTopic
+from broker_core.storage.fork import on_fork_in_child
 
 
 class NonPersistentRegistry:
@@ -47,6 +48,15 @@ class NonPersistentRegistry:
 
 _REGISTRY_LOCK = threading.Lock()
 _REGISTRIES: dict[str, NonPersistentRegistry] = {}
+
+
+def _forget_after_fork() -> None:
+    """Non-persistent topics live in one process: a forked child starts with none."""
+    global _REGISTRY_LOCK, _REGISTRIES
+    _REGISTRY_LOCK, _REGISTRIES = threading.Lock(), {}
+
+
+on_fork_in_child(_forget_after_fork)
 
 
 def registry_for(root_uri: str) -> NonPersistentRegistry:

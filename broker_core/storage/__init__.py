@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from broker_core.errors import InvalidConfiguration, InvalidUrl
+from broker_core.storage import obstore_runtime
+from broker_core.storage.fork import on_fork_in_child
 from broker_core.storage.local import LocalFileIO, contained_path
 from broker_core.storage.object_store import ObjectStoreFileIO, StoreOps
 from broker_core.storage.protocol import TRASH_DIR, FileIO, FileStatus, check_key
@@ -24,6 +26,16 @@ from broker_core.storage.urls import RootSpec, parse_root, redact, scrub, truthy
 _LOCK = threading.Lock()
 _OBJECT_STORES: dict[tuple[str, tuple[tuple[str, str], ...]], ObjectStoreFileIO] = {}
 _MEMORY_STORES: dict[str, Any] = {}
+
+
+def _forget_after_fork() -> None:
+    """A forked child opens its object stores anew (the parent's run on a runtime that is gone here);
+    ``memory://`` roots are per process, so the child's start empty."""
+    global _LOCK, _OBJECT_STORES, _MEMORY_STORES
+    _LOCK, _OBJECT_STORES, _MEMORY_STORES = threading.Lock(), {}, {}
+
+
+on_fork_in_child(_forget_after_fork)
 
 
 def file_io_for(service_url: str, *, fsync: bool = True,
@@ -59,12 +71,15 @@ def open_object_store(spec: RootSpec, *, wrap: Any = None) -> ObjectStoreFileIO:
     from broker_core.storage.urls import obstore_arguments
 
     arguments = obstore_arguments(spec)
+    module = obstore_runtime.native()
+    stores = obstore.store if obstore_runtime.is_installed(module) else module._store  # a forked child's copy
     try:
-        if spec.scheme == "memory":
-            with _LOCK:
-                store = _MEMORY_STORES.setdefault(spec.url, obstore.store.MemoryStore())
-        else:
-            store = obstore.store.from_url(spec.url, **arguments)
+        with obstore_runtime.native_errors(module):
+            if spec.scheme == "memory":
+                with _LOCK:
+                    store = _MEMORY_STORES.setdefault(spec.url, stores.MemoryStore())
+            else:
+                store = stores.from_url(spec.url, **arguments)
     except BaseError as exc:
         raise InvalidConfiguration(
             f"cannot configure the store for {spec.url}: {scrub(str(exc).splitlines()[0], spec.storage_options)}; "

@@ -24,10 +24,10 @@ import json
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
-import obstore
 import pyarrow as pa
 from obstore.exceptions import (
     AlreadyExistsError,
@@ -46,6 +46,7 @@ from broker_core.errors import (
     StorageUnavailable,
     UnsafeStore,
 )
+from broker_core.storage import fork, obstore_runtime
 from broker_core.storage.protocol import FileStatus, check_key
 from broker_core.storage.urls import has_aws_credentials, scrub
 
@@ -73,31 +74,45 @@ class StoreOps:
         self.store = store
         self.counts: dict[str, int] = dict.fromkeys(REQUEST_TYPES, 0)
         self._lock = threading.Lock()
+        self._native = obstore_runtime.native()  # the module that made ``store``: its runtime runs the requests
+        self._born = fork.generation()
+        _LIVE.add(self)
+
+    def _module(self) -> Any:
+        """The native module to call; ``CreatedBeforeFork`` in a child forked after this was made."""
+        fork.check_born(self._born, "this object-store handle")
+        return self._native
 
     def count(self, kind: str, n: int = 1) -> None:
         with self._lock:
             self.counts[kind] += n
 
     def get(self, key: str) -> bytes | None:
+        module = self._module()  # first: a pre-fork handle's ``_lock`` may be held for good in a child
         self.count("GET")
         try:
-            return bytes(obstore.get(self.store, key).bytes())
+            with obstore_runtime.native_errors(module):
+                return bytes(module.get(self.store, key).bytes())
         except FileNotFoundError:
             return None
 
     def head(self, key: str) -> dict[str, Any] | None:
+        module = self._module()
         self.count("HEAD")
         try:
-            return dict(obstore.head(self.store, key))
+            with obstore_runtime.native_errors(module):
+                return dict(module.head(self.store, key))
         except FileNotFoundError:
             return None
 
     def put(self, key: str, data: bytes | memoryview | pa.Buffer, *, create: bool) -> None:
         """Raise ``AlreadyExistsError``/``PreconditionError`` when ``create`` and the key exists."""
+        module = self._module()
         self.count("PUT")
         payload = data if isinstance(data, bytes) else memoryview(data).tobytes()
         try:
-            obstore.put(self.store, key, payload, mode="create" if create else "overwrite")
+            with obstore_runtime.native_errors(module):
+                module.put(self.store, key, payload, mode="create" if create else "overwrite")
         except GenericError as exc:
             if create and ("409" in str(exc) or "ConditionalRequestConflict" in str(exc)):
                 raise ConflictInFlight(str(exc)) from exc
@@ -105,21 +120,39 @@ class StoreOps:
 
     def list_delimited(self, prefix: str) -> tuple[list[str], list[str]]:
         """(common prefixes, object keys) directly under ``prefix`` (which ends with ``/`` or is empty)."""
+        module = self._module()
         self.count("LIST")
-        result = obstore.list_with_delimiter(self.store, prefix or None)
+        with obstore_runtime.native_errors(module):
+            result = module.list_with_delimiter(self.store, prefix or None)
         return list(result["common_prefixes"]), [meta["path"] for meta in result["objects"]]
 
     def list_all(self, prefix: str) -> list[str]:
         keys: list[str] = []
-        for chunk in obstore.list(self.store, prefix):
-            self.count("LIST")
-            keys.extend(meta["path"] for meta in chunk)
+        module = self._module()
+        with obstore_runtime.native_errors(module):
+            for chunk in module.list(self.store, prefix):
+                self.count("LIST")
+                keys.extend(meta["path"] for meta in chunk)
         return keys
 
     def delete(self, keys: list[str]) -> None:
+        module = self._module()
         for start in range(0, len(keys), 1000):
             self.count("DELETE")
-            obstore.delete(self.store, keys[start:start + 1000])
+            with obstore_runtime.native_errors(module):
+                module.delete(self.store, keys[start:start + 1000])
+
+
+_LIVE: weakref.WeakSet[StoreOps] = weakref.WeakSet()
+
+
+def _keep_inherited_stores() -> None:
+    for ops in list(_LIVE):
+        obstore_runtime.keep_forever(ops.store)
+    _LIVE.clear()
+
+
+fork.on_fork_in_child(_keep_inherited_stores)
 
 
 class ObjectStoreFileIO:

@@ -48,6 +48,7 @@ from broker_core.log.segment import SEGMENT_SCHEMA
 from broker_core.log.snapshot import Snapshot
 from broker_core.log.state_store import VersionedState
 from broker_core.storage import FileIO
+from broker_core.storage.fork import on_fork_in_child
 from broker_core.topic.topic_log import TopicLog
 
 COMPACTED_DIR = "_compacted"
@@ -65,6 +66,14 @@ _VIEW_CACHE_ENTRIES = 8
 _STORES: dict[tuple[str, str], ViewStore] = {}
 _VIEWS: OrderedDict[tuple[str, str, str, int], CompactedView] = OrderedDict()
 _REGISTRY_LOCK = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    global _STORES, _VIEWS, _REGISTRY_LOCK
+    _STORES, _VIEWS, _REGISTRY_LOCK = {}, OrderedDict(), threading.Lock()
+
+
+on_fork_in_child(_forget_after_fork)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,13 +14,14 @@ for the last few commits of a replay (a fresh open replaying a long log prefetch
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
+
+from broker_core.storage.fork import on_fork_in_child
 
 _MAX_PENDING = 16  # prefetched segments nobody took yet (a reader that went away): the oldest are dropped
 _WORKERS = 4
@@ -43,8 +44,7 @@ def _forget_after_fork() -> None:
     _POOL, _POOL_LOCK = None, threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_after_fork)
+on_fork_in_child(_forget_after_fork)
 
 
 class SegmentPrefetcher:

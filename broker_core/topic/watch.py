@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from broker_core.storage.fork import on_fork_in_child
+
 _LOG = logging.getLogger(__name__)
 
 Unwatch = Callable[[], None]
@@ -265,8 +267,7 @@ def _forget_after_fork() -> None:
     _SHARED, _SHARED_LOCK = None, threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_after_fork)
+on_fork_in_child(_forget_after_fork)
 
 
 def local_notifier(*, enabled: bool) -> ChangeNotifier:
