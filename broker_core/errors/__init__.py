@@ -87,6 +87,7 @@ from broker_core.errors.persistence import (
     SegmentCorrupted,
     StorageAccessDenied,
     StorageUnavailable,
+    SymlinkRefused,
     UnsafeStore,
 )
 from broker_core.errors.result import (
@@ -149,6 +150,7 @@ __all__ = [
     "ServiceUnitNotReady",
     "StorageAccessDenied",
     "StorageUnavailable",
+    "SymlinkRefused",
     "SubscriptionNotFound",
     "TenantNotFound",
     "Timeout",
