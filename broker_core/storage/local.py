@@ -77,6 +77,9 @@ class LocalFileIO:
         self._root = os.path.abspath(root)
         self._fsync = fsync
         self._fs = pafs.LocalFileSystem()
+        # the root's path with the links above it resolved once (they are the user's choice), for
+        # ``_open_file``'s check through ``/proc/self/fd``; None where there is no such directory
+        self._real_root = os.path.realpath(self._root) if os.path.isdir("/proc/self/fd") else None
         # the root is neither created nor required here: ``root_check.open_root`` decides (a missing
         # root is an error unless the caller asked to create it)
         if os.path.isdir(self._root) and not os.access(self._root, os.R_OK | os.X_OK):
@@ -139,7 +142,27 @@ class LocalFileIO:
         return nofollow.dir_fd_of(self._root, parts, path=path)
 
     def _open_file(self, path: str) -> int:
-        """A read-only descriptor of ``path``, no link followed (``FileNotFoundError`` if missing)."""
+        """A read-only descriptor of ``path``, no link followed (``FileNotFoundError`` if missing).
+
+        The hot path (every segment and commit read) opens the whole path with ``O_NOFOLLOW`` and
+        asks the kernel where the file it opened lies (``/proc/self/fd``): if that is the lexical
+        path below the root's resolved path, no directory on the way was a link.  Otherwise (a link,
+        a root moved since, no ``/proc``) the component walk decides; it costs an ``open`` per level.
+        """
+        full = contained_path(self._root, path)
+        if self._real_root is not None:
+            try:
+                fd = os.open(full, os.O_RDONLY | nofollow.NOFOLLOW)
+            except OSError:
+                fd = -1  # a missing file, a link (ELOOP): the walk below raises the right error
+            if fd >= 0:
+                try:
+                    where = os.readlink(f"/proc/self/fd/{fd}")
+                except OSError:
+                    where = ""
+                if where == self._real_root + full[len(self._root):]:
+                    return fd
+                os.close(fd)
         parts, name = self._split(path)
         with self._dir(path, parts) as dir_fd:
             try:
@@ -156,11 +179,15 @@ class LocalFileIO:
             return None
         except OSError as exc:
             raise self._error("read", path, exc) from exc
-        try:
-            chunks = []
+        try:  # one ``fstat`` and one read of the size it tells (a 1 MiB read buffer costs more)
+            size = os.fstat(fd).st_size
+            data = os.read(fd, size + 1)
+            if len(data) <= size:
+                return data
+            chunks = [data]  # the file grew since the ``fstat``: read on
             while chunk := os.read(fd, 1 << 20):
                 chunks.append(chunk)
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            return b"".join(chunks)
         except OSError as exc:
             raise self._error("read", path, exc) from exc
         finally:
