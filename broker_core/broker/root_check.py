@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from broker_core.errors import RootNotFound
 from broker_core.storage import FileIO
+from broker_core.storage.urls import mask_userinfo
 
 
 def open_root(io: FileIO, service_url: str, *, create_root: bool) -> None:
@@ -26,15 +27,16 @@ def open_root(io: FileIO, service_url: str, *, create_root: bool) -> None:
         io.make_root()
         return
     where = io.root_uri
-    shown = service_url if service_url == where else f"{service_url!r} ({where})"
+    url = mask_userinfo(service_url)  # never echo a URL's user info
+    shown = url if service_url == where else f"{url!r} ({where})"
     if status == "missing":
         raise RootNotFound(
             f"storage root {shown} does not exist; check the path for a typo, or create it explicitly "
             "(mkdir, Client(..., create_root=True), pubsub --create-root, or the Spark sink's "
             "createRoot option)",
-            root=service_url,
+            root=url,
         )
-    raise RootNotFound(f"storage root {shown} is {status}; point at a folder", root=service_url)
+    raise RootNotFound(f"storage root {shown} is {status}; point at a folder", root=url)
 
 
 __all__ = ["open_root"]
