@@ -139,7 +139,13 @@ class LocalFileIO:
         return parts[:-1], parts[-1]
 
     def _dir(self, path: str, parts: list[str]) -> nofollow.OpenDir:
-        return nofollow.dir_fd_of(self._root, parts, path=path)
+        fast = self._fast_dir(parts)
+        return nofollow.OpenDir(fast) if fast is not None else nofollow.dir_fd_of(self._root, parts, path=path)
+
+    def _fast_dir(self, parts: list[str]) -> int | None:
+        if self._real_root is None or not parts:
+            return None
+        return nofollow.open_checked(self._root, self._real_root, "/".join(parts), nofollow.DIR_FLAGS)
 
     def _open_file(self, path: str) -> int:
         """A read-only descriptor of ``path``, no link followed (``FileNotFoundError`` if missing).
@@ -151,18 +157,10 @@ class LocalFileIO:
         """
         full = contained_path(self._root, path)
         if self._real_root is not None:
-            try:
-                fd = os.open(full, os.O_RDONLY | nofollow.NOFOLLOW)
-            except OSError:
-                fd = -1  # a missing file, a link (ELOOP): the walk below raises the right error
-            if fd >= 0:
-                try:
-                    where = os.readlink(f"/proc/self/fd/{fd}")
-                except OSError:
-                    where = ""
-                if where == self._real_root + full[len(self._root):]:
-                    return fd
-                os.close(fd)
+            fd = nofollow.open_checked(self._root, self._real_root, full[len(self._root):].lstrip("/"),
+                                       os.O_RDONLY | nofollow.NOFOLLOW)
+            if fd is not None:
+                return fd
         parts, name = self._split(path)
         with self._dir(path, parts) as dir_fd:
             try:
@@ -376,6 +374,9 @@ class LocalFileIO:
                 os.makedirs(self._root, exist_ok=True)
             except OSError as exc:
                 raise self._error("create a directory for", path, exc) from exc
+        fast = self._fast_dir(parts)  # the directory exists already, as on every write but a topic's first
+        if fast is not None:
+            return nofollow.OpenDir(fast)
         try:
             return nofollow.dir_fd_of(self._root, parts, path=path, create_from=create_from,
                                       fsync=self._fsync_dir if self._fsync else None)

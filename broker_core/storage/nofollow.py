@@ -26,6 +26,25 @@ NOFOLLOW = os.O_NOFOLLOW | _CLOEXEC
 """Add to the flags of every file ``os.open`` below the root."""
 
 
+def open_checked(root: str, real_root: str, relative: str, flags: int) -> int | None:
+    """``root/relative`` opened by its whole path with ``flags`` (``O_NOFOLLOW`` among them), if the
+    kernel says the file it opened lies at ``real_root/relative`` (``/proc/self/fd``): then no
+    directory on the way was a link.  None otherwise (missing, a link, a root moved since): the
+    caller walks name by name, which tells which.  One ``open`` and one ``readlink``, against an
+    ``open`` per level for the walk."""
+    try:
+        fd = os.open(f"{root.rstrip('/')}/{relative}", flags)
+    except OSError:
+        return None
+    try:
+        if os.readlink(f"/proc/self/fd/{fd}") == f"{real_root.rstrip('/')}/{relative}":
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
 def refused(root: str, path: str) -> SymlinkRefused:
     return SymlinkRefused(
         f"refusing {path!r} under the storage root {root!r}: it is, or lies below, a symbolic link, and "
@@ -118,11 +137,11 @@ def remove_entry(dir_fd: int, name: str) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(mode) and shutil.rmtree.avoids_symlink_attacks:
-        shutil.rmtree(name, ignore_errors=True, dir_fd=dir_fd)  # type: ignore[call-arg]
+        shutil.rmtree(name, ignore_errors=True, dir_fd=dir_fd)
     elif not stat.S_ISDIR(mode):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=dir_fd)
 
 
-__all__ = ["DIR_FLAGS", "NOFOLLOW", "OpenDir", "dir_fd_of", "is_link", "open_dir", "refused",
+__all__ = ["DIR_FLAGS", "NOFOLLOW", "OpenDir", "dir_fd_of", "is_link", "open_checked", "open_dir", "refused",
            "remove_entry"]
