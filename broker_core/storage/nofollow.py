@@ -21,8 +21,9 @@ from collections.abc import Callable
 from broker_core.errors import SymlinkRefused
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
-NOFOLLOW = os.O_NOFOLLOW | _CLOEXEC
+# POSIX flags (absent on Windows, which also lacks ``dir_fd``: this walk is POSIX-only, D120)
+DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | _CLOEXEC
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | _CLOEXEC
 """Add to the flags of every file ``os.open`` below the root."""
 
 
