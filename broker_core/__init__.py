@@ -106,6 +106,10 @@ from broker_core.producer.routing import PartitionsRoutingMode
 from broker_core.subscription.backoff import MultiplierRedeliveryBackoff
 from broker_core.subscription.cursor import ConsumerType
 from broker_core.subscription.key_shared import KeySharedMode
+from broker_core.version import package_version
+
+__version__ = package_version()
+"""The installed version (``pip show spark-pubsub``), as ``pubsub --version`` prints it."""
 
 __all__ = [
     "Admin",

@@ -238,7 +238,7 @@ class MessageDecryptor:
                 for k in header["keys"]
             )
             algorithm = str(header["algo"])
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             return self._failed(msg, props, (), b"", "", f"its {ENCRYPTION_PROPERTY} property is malformed: {exc}")
         if self._reader is None:
             return self._failed(msg, props, keys, iv, algorithm, "the consumer has no crypto_key_reader")

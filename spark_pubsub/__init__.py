@@ -18,9 +18,16 @@ from spark_pubsub.range_reads import read_ranges
 from spark_pubsub.source import PubSubDataSource
 
 
+def monitor(query: Any, root: str, **kwargs: Any) -> Any:
+    """Publish a streaming query's lag after each micro-batch (``spark_pubsub.monitor.monitor``)."""
+    from spark_pubsub.monitor import monitor as start
+
+    return start(query, root, **kwargs)
+
+
 def register(spark: Any) -> None:
     """Make ``format("pubsub")`` available in ``spark`` (idempotent)."""
     spark.dataSource.register(PubSubDataSource)
 
 
-__all__ = ["PubSubDataSource", "read_ranges", "read_topic", "register"]
+__all__ = ["PubSubDataSource", "monitor", "read_ranges", "read_topic", "register"]

@@ -6,6 +6,7 @@ topic and partition number ``{"<topic>": {"<partition>": offset}}``; -2 means ea
 
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Any
 
@@ -23,21 +24,32 @@ def parse_starting_offsets(planner: TopicResolver, options: SourceOptions, *, de
     return parse_offsets_spec(planner, options.starting_offsets or default, "startingOffsets")
 
 
-def parse_offsets_spec(planner: TopicResolver, spec: str, option: str) -> dict[str, int]:
+def check_offsets_syntax(spec: str, option: str) -> Any:
+    """``"earliest"``, ``"latest"`` (any case) or the parsed JSON object; anything else is refused naming
+    the option, with the nearest keyword for a misspelt one (no topic is looked at: ``load()`` calls it)."""
     text = spec.strip()
-    if text.lower() == "earliest":
-        return planner.earliest_positions()
-    if text.lower() == "latest":
-        return planner.latest_positions()
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
     try:
         given = json.loads(text)
     except ValueError:
+        near = difflib.get_close_matches(text.lower(), ["earliest", "latest"], n=1, cutoff=0.6)
         raise InvalidConfiguration(
             f"option {option}={spec!r} is neither 'earliest', 'latest' nor JSON like "
-            '{"persistent://public/default/t-partition-0": 42}', option=option,
+            '{"persistent://public/default/t-partition-0": 42}' + (f"; did you mean {near[0]!r}?" if near else ""),
+            option=option,
         ) from None
     if not isinstance(given, dict):
         raise InvalidConfiguration(f"option {option}: the JSON must be an object of topic to offset", option=option)
+    return given
+
+
+def parse_offsets_spec(planner: TopicResolver, spec: str, option: str) -> dict[str, int]:
+    given = check_offsets_syntax(spec, option)
+    if given == "earliest":
+        return planner.earliest_positions()
+    if given == "latest":
+        return planner.latest_positions()
     earliest, latest = planner.earliest_positions(), planner.latest_positions()
     out = dict(latest if option == "endingOffsets" else earliest)
     for name, value in _flatten_offsets(given, option, latest).items():
@@ -83,4 +95,4 @@ def _flatten_offsets(given: dict[Any, Any], option: str, known: dict[str, int]) 
     return out
 
 
-__all__ = ["parse_offsets_spec", "parse_starting_offsets"]
+__all__ = ["check_offsets_syntax", "parse_offsets_spec", "parse_starting_offsets"]

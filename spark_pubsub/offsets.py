@@ -93,11 +93,24 @@ class PartitionPlanner(TopicResolver):
                           auto_create=True, takeover=True)
 
     def stop(self, consumer: str) -> None:
-        """Range mode leaves (nothing is claimed); claim mode keeps its claims until the lease lapses
-        or the same consumerName restarts, because the last batch is committed only by the next run."""
+        """Range mode leaves (nothing is claimed).  Claim mode leaves where the query holds no claims
+        (an AvailableNow run that ended: its last ``latestOffset`` settled everything), so the next
+        scheduled run (a new consumer) is not left a share of the Key_Shared key ranges by a member
+        that will not read again; where it holds claims (a batch whose ``commit`` has not come) it
+        stays until the lease lapses or the same consumerName restarts and settles them."""
         if self.options.subscription_type in ("Exclusive", "Failover"):
             for part in self._parts.values():
                 part.leave()
+            return
+
+        def leave_if_idle(cursor: Cursor | None) -> Cursor | None:
+            if cursor is None or consumer not in cursor.consumers or cursor.claims.get(consumer):
+                return None
+            cursor.remove_consumer(consumer)
+            return cursor
+
+        for part in self._parts.values():
+            part.store.update(leave_if_idle)
 
     def cursor_positions(self, consumer: str) -> dict[str, int]:
         out = {}
@@ -394,11 +407,11 @@ def _split_ranges(ranges: list[tuple[int, int]], limit: int | None) -> list[list
     return [p for p in pieces if p]
 
 
-def read_plan(options: Any) -> TypedRead | None:
+def read_plan(options: Any, planner: PartitionPlanner | None = None) -> TypedRead | None:
     """The typed read of a source's options (driver side; resolves the topics like the planner)."""
     if options.value_format == "binary":
         return None
-    planner = PartitionPlanner(options)
+    planner = planner or PartitionPlanner(options)
     return resolve_read(options.value_format, options.root, [t for t, _, _ in planner.internal_topics()],
                         storage_options=options.storage_options)
 

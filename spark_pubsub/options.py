@@ -256,6 +256,7 @@ ALIASES: dict[str, Alias] = {
         Alias("subscribe", "topics"),
         Alias("subscribePattern", "topicspattern", _prefix_pattern),
         Alias("maxOffsetsPerTrigger", "maxmessagespertrigger"),
+        Alias("minOffsetsPerTrigger", "minmessagespertrigger"),
     )
 }
 """Spark Kafka connector option names accepted as aliases (docs/SPARK.md, "Moving over from Kafka")."""

@@ -30,14 +30,24 @@ class PubSubDataSource(DataSource, metaclass=WorkerImportable):
     def schema(self) -> StructType:
         # Spark asks for the schema when load() is called on the driver: validating the options here
         # reports a bad one there, not in a worker traceback when the query first runs
-        from spark_pubsub.offsets import read_plan
+        from spark_pubsub.offset_specs import check_offsets_syntax
+        from spark_pubsub.offsets import PartitionPlanner, read_plan
 
         options = parse_options(SourceOptions, self.options)
+        for option, spec in (("startingOffsets", options.starting_offsets), ("endingOffsets", options.ending_offsets)):
+            if spec is not None:
+                check_offsets_syntax(spec, option)
+        planner = PartitionPlanner(options)
+        if not options.wait_for_topic and options.fail_on_data_loss:
+            # a typo in a topic fails here, with the close names, not at the first action; Spark does
+            # not say whether this is a batch or a stream read, so a stream whose checkpointed topic
+            # was deleted is judged here as well (failOnDataLoss=false leaves that to the query)
+            planner.require_topics()
         if options.emit == "ranges":  # a stream of offset ranges (spark_pubsub/stream_ranges.py)
             from spark_pubsub.stream_ranges import RANGES_SCHEMA
 
             return RANGES_SCHEMA
-        typed = read_plan(options)  # a typed topic: docs/SPARK.md
+        typed = read_plan(options, planner)  # a typed topic: docs/SPARK.md
         if typed is None:
             return source_schema(include_headers=options.include_headers)
         return typed.spark_schema(include_headers=options.include_headers)

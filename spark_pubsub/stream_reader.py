@@ -15,8 +15,9 @@ mode) by ``commit(end)`` and, first, by ``latestOffset(start)``: Spark plans a b
 previous one (ending at ``start``) completed, while its ``commit`` arrives only when a further batch
 is planned.  So an AvailableNow run, which plans once more to find it is done, leaves nothing
 unacknowledged.  That call also gives back (as redeliveries) any other claims the consumer still
-holds: those of a run that died after claiming.  ``stop()`` (Exclusive/Failover: leave the
-subscription) runs when Spark ends the query's Python process; after a crash the lease lapses.
+holds: those of a run that died after claiming.  ``stop()`` (leave the subscription; Shared and
+Key_Shared only where the query holds no claims) runs when Spark ends the query's Python process;
+after a crash the lease lapses.
 A Failover query reads only the partitions it is the active consumer of.
 """
 

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from broker_core.broker.broker import Broker
+from broker_core.broker.near_names import close_topics, did_you_mean
 from broker_core.errors import DataLoss, InvalidConfiguration, InvalidTopicName, OperationNotSupported, TopicNotFound
 from broker_core.naming import TopicName
 from broker_core.topic.compacted_view import CompactedTopic
@@ -115,8 +116,10 @@ class TopicResolver:
         held = checkpointed or {}
         missing = [t for t in self.missing if not any(name.startswith(t) for name in held)]
         if missing and not self.options.wait_for_topic:
+            near = [n for t in missing for n in close_topics(self.broker.admin, TopicName.parse(t))]
+            hint = f"{did_you_mean(near)} " if near else ""
             raise TopicNotFound(
-                f"topic {', '.join(missing)} does not exist (under {self.options.root}); a read never "
+                f"topic {', '.join(missing)} does not exist (under {self.options.root}); {hint}a read never "
                 "creates a topic: create it ('pubsub topics create ...') or produce to it first, or, for a "
                 "streaming query, set .option('waitForTopic', 'true') to wait for it to appear",
                 topic=missing[0],

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -32,7 +33,7 @@ from broker_core.naming import TopicName
 from broker_core.schema.column_encoding import encode_column, fit_problem, record_info
 from broker_core.schema.columns import arrow_type, decode_column
 from broker_core.schema.compatibility import can_read
-from broker_core.schema.info import UNTYPED, SchemaInfo
+from broker_core.schema.info import UNTYPED, SchemaInfo, SchemaType
 from broker_core.schema.negotiation import producer_version
 from broker_core.schema.registry import version_bytes
 from spark_pubsub.schema import HEADERS_FIELD, SOURCE_SCHEMA
@@ -44,11 +45,71 @@ def source_schema_with(value_type: Any) -> StructType:
                        for f in SOURCE_SCHEMA.fields])
 
 
+def required_fields(schema: Any, arrow: pa.DataType, names: dict[str, Any] | None = None) -> pa.DataType:
+    """``arrow`` (the column type of the Avro ``schema``) with the fields of its records not nullable
+    where the Avro field is (its type is not a union with ``null``: a ``required=True`` field).
+
+    Only for Avro: its binary encoding cannot hold a null where the type has no ``null`` branch, so
+    the column never does.  List items and map values stay nullable, as the decoder builds them.
+    """
+    names = {} if names is None else names
+    if isinstance(schema, str):
+        return required_fields(names[schema], arrow, names) if schema in names else arrow
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        return required_fields(branches[0], arrow, names) if len(branches) == 1 else arrow
+    if not isinstance(schema, dict):
+        return arrow
+    kind = schema.get("type")
+    if kind == "record" and pa.types.is_struct(arrow):
+        name = schema.get("name", "")
+        full = f"{schema['namespace']}.{name}" if schema.get("namespace") and "." not in name else name
+        names = {**names, name: schema, full: schema}
+        fields = []
+        for spec, field in zip(schema.get("fields", []), arrow, strict=True):
+            declared = spec["type"]
+            nullable = declared == "null" or (isinstance(declared, list) and "null" in declared)
+            fields.append(pa.field(field.name, required_fields(declared, field.type, names), nullable=nullable))
+        return pa.struct(fields)
+    if kind == "array" and pa.types.is_list(arrow):
+        return pa.list_(required_fields(schema["items"], arrow.value_type, names))
+    if kind == "map" and pa.types.is_map(arrow):
+        return pa.map_(arrow.key_type, required_fields(schema["values"], arrow.item_type, names))
+    if isinstance(kind, list | dict) or (isinstance(kind, str) and kind in names):
+        return required_fields(kind, arrow, names)
+    return arrow
+
+
+def conform(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """``array`` as ``target``, where ``target`` may mark record fields not nullable.
+
+    A cast refuses a child with nulls for a non-nullable field, even where the parent struct is null
+    (a null ``value``, a null optional record): those slots mean nothing, so the struct is rebuilt
+    over its children with the target's fields instead.  Other differences are cast.
+    """
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    mask = pc.invert(array.is_valid()) if array.null_count else None
+    if pa.types.is_struct(target) and pa.types.is_struct(array.type) and array.type.num_fields == target.num_fields:
+        children = [conform(array.field(i), target.field(i).type) for i in range(target.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+    if pa.types.is_list(target) and pa.types.is_list(array.type):
+        values = conform(array.values, target.value_type)
+        return pa.ListArray.from_arrays(array.offsets, values, type=target, mask=mask)
+    return array if array.type == target else array.cast(target)
+
+
 @functools.lru_cache(maxsize=64)
 def _reader_types(reader_text: str) -> tuple[SchemaInfo, StructType, pa.Schema]:
-    """The reader schema, the source's Spark schema and its Arrow form (computed once per executor)."""
+    """The reader schema, the source's Spark schema and its Arrow form (computed once per executor).
+
+    A required field of an Avro record is not nullable in Spark's schema (``required_fields``); the
+    batches are cast to that Arrow form, so what Spark receives matches it."""
     reader = SchemaInfo.from_json(json.loads(reader_text))
-    spark_schema = source_schema_with(from_arrow_type(arrow_type(reader)))
+    value_type = arrow_type(reader)
+    if reader.type == SchemaType.AVRO:
+        value_type = required_fields(reader.parsed(), value_type)
+    spark_schema = source_schema_with(from_arrow_type(value_type))
     return reader, spark_schema, to_arrow_schema(spark_schema, timezone="UTC")
 
 
@@ -76,7 +137,7 @@ class TypedRead:
                               writer_of=registry.get, keys=rows.column("key"))
         value_field = target.field("value")
         at = batch.schema.get_field_index("value")
-        columns = [(typed if typed.type == value_field.type else typed.cast(value_field.type)) if i == at
+        columns = [(typed if typed.type == value_field.type else conform(typed, value_field.type)) if i == at
                    else batch.column(i) for i in range(batch.num_columns)]
         # the batch may carry more columns than the base schema (headers, on request)
         return pa.RecordBatch.from_arrays(columns, schema=batch.schema.set(at, value_field))

@@ -13,6 +13,7 @@ commit of the project is such a PUT; two winners are a lost update that real S3 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import subprocess
@@ -20,7 +21,7 @@ import sys
 import threading
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,8 +58,15 @@ class MotoS3:
             "AWS_EC2_METADATA_DISABLED": "true",
         }
 
-    def fresh_root(self) -> str:
-        return f"s3://{BUCKET}/{uuid.uuid4().hex[:16]}"
+    def fresh_root(self, *, create: bool = True) -> str:
+        """A new prefix, created as a root (its marker written: an empty prefix is no root) unless not ``create``."""
+        url = f"s3://{BUCKET}/{uuid.uuid4().hex[:16]}"
+        if create:
+            from broker_core.broker.root_check import open_root
+            from broker_core.storage import file_io_for
+
+            open_root(file_io_for(url, storage_options=self.storage_options), url, create_root=True)
+        return url
 
     def create_bucket(self, name: str) -> None:
         request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")
@@ -116,6 +124,34 @@ def stop_moto(server: MotoS3) -> None:
     except subprocess.TimeoutExpired:
         server.process.kill()
         server.process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def refusing_metadata_service() -> Iterator[str]:
+    """A stand-in for the instance-metadata service on 127.0.0.1 that refuses every request (403), as
+    the real one does off EC2 or without a role; yields its URL for ``aws_metadata_endpoint``, so a
+    test of "no credentials" never reaches 169.254.169.254."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Refuse(BaseHTTPRequestHandler):
+        def _refuse(self) -> None:
+            self.send_response(403)
+            self.end_headers()
+            self.wfile.write(b"Forbidden")
+
+        do_GET = do_PUT = _refuse
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 _WRITES = frozenset({"PUT", "POST", "DELETE"})

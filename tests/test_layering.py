@@ -21,13 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, list[str]]] = [
-    ("base", ["errors", "clock", "config", "naming", "hashing", "message_id", "authentication"]),
+    ("base", ["errors", "clock", "config", "naming", "hashing", "message_id", "authentication", "version"]),
     ("storage", ["storage"]),
     ("log", ["log"]),
     ("topic", ["topic", "schema"]),
     ("producer, subscription, message", ["producer", "subscription", "message", "crypto"]),
     ("broker, non-persistent dispatch", ["broker", "non_persistent"]),
-    ("client, jobs", ["client", "jobs"]),
+    ("client, jobs, metrics", ["client", "jobs", "metrics"]),
     ("asyncio client", ["asyncio"]),
     ("cli", ["cli"]),
     ("public surface", ["", "__main__"]),  # broker_core/__init__.py re-exports from everything

@@ -2,7 +2,9 @@
 
 Each notebook is executed in a fresh ipykernel (the interpreter running the tests, so the kernel
 sees this virtualenv) with a per-cell timeout; a cell that raises fails the test with the cell's
-traceback.  Executing them here is what keeps them from rotting as the API changes.
+traceback.  Executing them here is what keeps them from rotting as the API changes.  Each one must
+also show a picture: a notebook that forces a non-interactive backend (``matplotlib.use("Agg")``)
+runs cleanly and shows nothing, which is what a reader met before issue 28.
 """
 
 from __future__ import annotations
@@ -77,4 +79,6 @@ def test_notebook_executes(path: Path, tmp_path: Path) -> None:
     print(f"{path.name}: executed in {elapsed_s:.1f} s (budget {budget:.0f} s) with {sys.executable}")
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
+    images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    assert images, f"{path.name} shows no plot (a figure drawn under a non-interactive backend is never displayed)"
     assert elapsed_s < budget, f"{path.name} took {elapsed_s:.1f} s (budget {budget:.0f} s at this load)"

@@ -4,7 +4,9 @@ A typo in a root path must not silently make a new, empty root that reads nothin
 nobody else sees.  A root is created only when the caller explicitly asks (``create_root=True`` in
 the client, ``--create-root`` in the CLI, ``.option("createRoot", "true")`` on the Spark sink); a read
 never creates anything.  The check takes the ``FileIO``, so an object-store ``FileIO`` answers it in
-its own terms (``root_status``/``make_root``).
+its own terms (``root_status``/``make_root``): on an object store, where a prefix has no existence of
+its own, a root exists once anything is stored under it (the marker ``make_root`` writes, or the
+``_pubsub/`` files and topics of a root created before the marker existed).
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ def open_root(io: FileIO, service_url: str, *, create_root: bool) -> None:
     where = io.root_uri
     url = mask_userinfo(service_url)  # never echo a URL's user info
     shown = url if service_url == where else f"{url!r} ({where})"
+    if status == "missing" and not io.is_local:
+        raise RootNotFound(
+            f"storage root {shown} does not exist: nothing is stored under that prefix (no root marker "
+            "_pubsub/root.json, no topics); check the bucket and prefix for a typo, or create the root "
+            "explicitly (Client(..., create_root=True), pubsub --create-root, or the Spark sink's createRoot option)",
+            root=url,
+        )
     if status == "missing":
         raise RootNotFound(
             f"storage root {shown} does not exist; check the path for a typo, or create it explicitly "

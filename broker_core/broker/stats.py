@@ -7,14 +7,18 @@ numbers are as of the moment of the call.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from broker_core.broker.broker import Broker
+from broker_core.broker.stats_fields import backlog_bytes, backlog_messages, first_unacked, in_rates, publish_time_ms
+from broker_core.log.snapshot import Snapshot
 from broker_core.naming import TopicName
 from broker_core.producer.registry import ProducerRegistry
-from broker_core.subscription.cursor import ConsumerType
+from broker_core.subscription import activity
+from broker_core.subscription.cursor import ConsumerType, Cursor
 from broker_core.subscription.cursor_store import list_subscriptions
 from broker_core.subscription.dispatch import claim_owners, cursor_selector
 
@@ -23,11 +27,11 @@ def subscription_stats(broker: Broker, topic: TopicName, subscription: str, *, n
     """Backlog, unacked and per-consumer state of one subscription on one internal topic."""
     log = broker.topic_log(topic, create=False)
     snap = log.snapshot()
-    _, cursor = broker.cursor_store(topic, subscription).load()
-    if cursor is None:
+    _, doc = broker.cursor_store(topic, subscription).load_document()
+    if doc is None:
         return {"exists": False}
-    start = max(cursor.mark_delete, snap.first_offset)
-    backlog = max(0, snap.next_offset - start - cursor.acked.count())
+    cursor = Cursor.from_json(doc)
+    backlog = backlog_messages(snap, cursor)
     unacked_total = sum(rs.count() for rs in cursor.claims.values())
     consumers: list[dict[str, Any]] = []
     ranges: dict[str, list[tuple[int, int]]] = {}
@@ -65,9 +69,22 @@ def subscription_stats(broker: Broker, topic: TopicName, subscription: str, *, n
             "keyHashRanges": [list(r) for r in ranges.get(name, [])],
             "drainingHashes": sorted(set(draining.get(name, []))),
         })
+    first = first_unacked(snap, cursor)
+    earliest = publish_time_ms(log, snap, first) if backlog else None
+    recent = activity.read(doc, now_ms)
+    stored = sum(s.size_bytes for s in snap.segments)
+    live_msgs = snap.next_offset - snap.first_offset
     return {
         "exists": True,
         "type": cursor.sub_type.name,
+        # Pulsar's fields (``stats_fields``, D160/D161): rates per second over the last minute
+        "msgRateOut": recent.msg_rate_out,
+        "msgThroughputOut": recent.msg_rate_out * (stored / live_msgs if live_msgs else 0.0),
+        "msgRateRedeliver": recent.msg_rate_redeliver,
+        "backlogSize": backlog_bytes(snap, first, backlog),
+        "earliestMsgPublishTimeInBacklog": earliest or 0,
+        "lastAckedTimestamp": recent.last_acked_ms,
+        "lastConsumedTimestamp": recent.last_consumed_ms,
         "markDeletePosition": cursor.mark_delete - 1,
         "msgBacklog": backlog,
         "unackedMessages": unacked_total,
@@ -89,8 +106,9 @@ def topic_stats(broker: Broker, topic: str | TopicName, *, now_ms: int | None = 
     for part in partitions:
         log = broker.topic_log(part, create=False)
         if not log.exists():  # a partition nobody has written to or subscribed on yet
-            out["partitions"][str(part)] = {"firstOffset": 0, "nextOffset": 0, "msgCount": 0, "storageSize": 0,
-                                            "segments": 0, "logVersion": -1, "publishers": [], "subscriptions": {}}
+            out["partitions"][str(part)] = {**EMPTY_PULSAR_FIELDS, "firstOffset": 0, "nextOffset": 0, "msgCount": 0,
+                                            "storageSize": 0, "segments": 0, "logVersion": -1, "publishers": [],
+                                            "subscriptions": {}}
             continue
         snap = log.snapshot()
         path = "/".join(part.relative_path())
@@ -99,6 +117,7 @@ def topic_stats(broker: Broker, topic: str | TopicName, *, now_ms: int | None = 
         size = sum(s.size_bytes for s in snap.segments)
         publishers = ProducerRegistry(broker.io, path).live_producers(now_ms=now)
         out["partitions"][str(part)] = {
+            **pulsar_topic_fields(snap, subs, now_ms=now),
             "firstOffset": snap.first_offset,
             "nextOffset": snap.next_offset,
             "msgCount": snap.next_offset - snap.first_offset,
@@ -113,7 +132,52 @@ def topic_stats(broker: Broker, topic: str | TopicName, *, now_ms: int | None = 
         for sub, st in subs.items():
             totals["msgBacklog"][sub] = totals["msgBacklog"].get(sub, 0) + st["msgBacklog"]
     out.update(totals)
+    out.update(sum_pulsar_fields(out["partitions"].values(), now_ms=now))
     return out
 
 
-__all__ = ["subscription_stats", "topic_stats"]
+EMPTY_PULSAR_FIELDS: dict[str, Any] = {
+    "msgRateIn": 0.0, "msgRateOut": 0.0, "msgThroughputIn": 0.0, "msgThroughputOut": 0.0, "msgInCounter": 0,
+    "backlogSize": 0, "earliestMsgPublishTimeInBacklogs": 0, "oldestBacklogMessageAgeSeconds": 0,
+    "lastPublishTimeStamp": 0,
+}
+"""Pulsar's topic-level fields of an internal topic with no log yet."""
+
+
+def pulsar_topic_fields(snap: Snapshot, subs: dict[str, dict[str, Any]], *, now_ms: int) -> dict[str, Any]:
+    """Pulsar's topic-level fields of one internal topic from its snapshot and subscriptions' stats.
+
+    Out-rates add up over subscriptions (as Pulsar's do); ``backlogSize`` and the oldest backlog
+    message are the slowest subscription's (the bytes storage must keep for it).
+    """
+    rates = in_rates(snap, now_ms)
+    earliest = min((st["earliestMsgPublishTimeInBacklog"] for st in subs.values()
+                    if st["earliestMsgPublishTimeInBacklog"]), default=0)
+    return {
+        "msgRateIn": rates.msg_rate_in,
+        "msgRateOut": sum(st["msgRateOut"] for st in subs.values()),
+        "msgThroughputIn": rates.msg_throughput_in,
+        "msgThroughputOut": sum(st["msgThroughputOut"] for st in subs.values()),
+        "msgInCounter": snap.next_offset,
+        "backlogSize": max((st["backlogSize"] for st in subs.values()), default=0),
+        "earliestMsgPublishTimeInBacklogs": earliest,
+        "oldestBacklogMessageAgeSeconds": max(0, now_ms - earliest) // 1000 if earliest else 0,
+        "lastPublishTimeStamp": rates.last_publish_ms,
+    }
+
+
+def sum_pulsar_fields(partitions: Iterable[dict[str, Any]], *, now_ms: int) -> dict[str, Any]:
+    """A partitioned topic's Pulsar fields from its partitions' (sums; oldest and newest times)."""
+    parts = list(partitions)
+    out: dict[str, Any] = {key: sum(p.get(key, 0) for p in parts)
+                           for key in ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut",
+                                       "msgInCounter", "backlogSize")}
+    earliest = min((p["earliestMsgPublishTimeInBacklogs"] for p in parts
+                    if p.get("earliestMsgPublishTimeInBacklogs")), default=0)
+    out["earliestMsgPublishTimeInBacklogs"] = earliest
+    out["oldestBacklogMessageAgeSeconds"] = max(0, now_ms - earliest) // 1000 if earliest else 0
+    out["lastPublishTimeStamp"] = max((p.get("lastPublishTimeStamp", 0) for p in parts), default=0)
+    return out
+
+
+__all__ = ["EMPTY_PULSAR_FIELDS", "pulsar_topic_fields", "subscription_stats", "sum_pulsar_fields", "topic_stats"]

@@ -12,11 +12,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from broker_core.cli import reconcile, schemas, subscriptions, tenancy, topics
+from broker_core.cli import metrics, reconcile, schemas, subscriptions, tenancy, topics
 from broker_core.cli.common import ROOT_ENV, CliParser, Context, UsageError, common_options, dump
 from broker_core.cli.progress import terminal_progress
 from broker_core.errors import InvalidConfiguration, InvalidTopicName, InvalidUrl, PulsarException
 from broker_core.storage.urls import mask_userinfo
+from broker_core.version import package_version
 
 PROG = "pubsub"
 DEBUG_ENV = "PUBSUB_DEBUG"
@@ -52,12 +53,14 @@ def build_parser() -> CliParser:
         parents=[common_options()],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     tenancy.register(commands)
     topics.register(commands)
     subscriptions.register(commands)
     reconcile.register(commands)
     schemas.register(commands)
+    metrics.register(commands)
     return parser
 
 

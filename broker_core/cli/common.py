@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from broker_core.broker.broker import Broker
+from broker_core.broker.near_names import close_topics, did_you_mean
 from broker_core.errors import NamespaceNotFound, NotAllowedError, TopicNotFound
 from broker_core.naming import NamespaceName, TopicName
 
@@ -189,9 +190,13 @@ def require_topic(broker: Broker, name: TopicName) -> list[TopicName]:
     try:
         return admin.topic_partitions(name, auto_create=False)
     except TopicNotFound:
-        raise TopicNotFound(
-            f"topic {name} does not exist; create it with 'pubsub topics create {name}'", topic=str(name)
-        ) from None
+        near = close_topics(admin, name)
+        if near:  # a typo: name the topics meant, never suggest creating the typo
+            hint = f"{did_you_mean(near)} ('pubsub topics list {name.namespace_name}' lists them all)"
+        else:
+            hint = (f"'pubsub topics list {name.namespace_name}' lists the existing ones; to make it, "
+                    f"'pubsub topics create {name}'")
+        raise TopicNotFound(f"topic {name} does not exist; {hint}", topic=str(name)) from None
 
 
 def require_target(args: argparse.Namespace) -> str | TopicName:

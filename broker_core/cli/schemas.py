@@ -14,7 +14,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from broker_core.cli.common import Context, Output, UsageError, add_command, add_group, persistent_topic
+from broker_core.cli.common import (
+    Context,
+    Output,
+    UsageError,
+    add_command,
+    add_group,
+    persistent_topic,
+    require_topic,
+)
 from broker_core.errors import IncompatibleSchema, SchemaDefinitionError, SchemaNotFound
 from broker_core.schema.compatibility import incompatibility
 from broker_core.schema.info import UNTYPED, SchemaInfo
@@ -51,15 +59,19 @@ def _get(ctx: Context, args: argparse.Namespace) -> Output:
     registry = ctx.broker.schemas.registry(name)
     if args.all:
         docs = [_doc(n, d.info()) for n, d in registry.all_versions()]
+        if not docs:  # a missing topic says so, not "no schema"
+            require_topic(ctx.broker, name)
         return Output({"topic": str(name), "versions": docs}, [json.dumps(d) for d in docs] or ["no schema"])
     if args.version is not None:
         info = registry.get(args.version)
         if info is None:
+            require_topic(ctx.broker, name)
             raise SchemaNotFound(f"{name} has no schema version {args.version}", topic=str(name))
         doc = _doc(args.version, info)
     else:
         latest = registry.latest()
         if latest is None:
+            require_topic(ctx.broker, name)  # a deleted topic's history ends with a deletion marker
             raise SchemaNotFound(f"{name} has no schema; register one with pubsub schemas upload",
                                  topic=str(name))
         doc = _doc(*latest)
@@ -73,7 +85,7 @@ def _read(path: str) -> SchemaInfo:
         raise UsageError(f"cannot read schema file {path!r}: {exc.strerror}") from None
     try:
         doc = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise SchemaDefinitionError(f"schema file {path!r} is not JSON: {exc}") from None
     info = SchemaInfo.from_json(doc)
     if info.type in UNTYPED:

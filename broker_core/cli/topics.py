@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
-from broker_core.broker.stats import topic_stats
+from broker_core.broker.stats import EMPTY_PULSAR_FIELDS, sum_pulsar_fields, topic_stats
 from broker_core.cli import messages, policies
 from broker_core.cli.chart import bar_chart, can_draw_blocks
 from broker_core.cli.common import (
@@ -137,6 +138,7 @@ def _delete(ctx: Context, args: argparse.Namespace) -> Output:
 
 
 _EMPTY_PARTITION: dict[str, Any] = {
+    **EMPTY_PULSAR_FIELDS,
     "firstOffset": 0,
     "nextOffset": 0,
     "msgCount": 0,
@@ -152,6 +154,7 @@ def _stats(ctx: Context, args: argparse.Namespace) -> Output:
     name = persistent_topic(args.topic)
     broker = ctx.broker
     parts = require_topic(broker, name)
+    now_ms = time.time_ns() // 1_000_000
     out: dict[str, Any] = {
         "topic": str(name),
         "partitions": {},
@@ -163,13 +166,16 @@ def _stats(ctx: Context, args: argparse.Namespace) -> Output:
         if not broker.topic_log(part, create=False).exists():  # created by its first producer or reader
             out["partitions"][str(part)] = dict(_EMPTY_PARTITION)
             continue
-        stats = topic_stats(broker, part)
+        stats = topic_stats(broker, part, now_ms=now_ms)
         out["partitions"].update(stats["partitions"])
         out["msgCount"] += stats["msgCount"]
         out["storageSize"] += stats["storageSize"]
         for sub, backlog in stats["msgBacklog"].items():
             out["msgBacklog"][sub] = out["msgBacklog"].get(sub, 0) + backlog
-    lines = [f"{name}: {out['msgCount']} message(s), {out['storageSize']} bytes"]
+    out.update(sum_pulsar_fields(out["partitions"].values(), now_ms=now_ms))
+    lines = [f"{name}: {out['msgCount']} message(s), {out['storageSize']} bytes, "
+             f"in {out['msgRateIn']:.2f} msg/s, out {out['msgRateOut']:.2f} msg/s (last minute), "
+             f"oldest backlog message {out['oldestBacklogMessageAgeSeconds']} s old"]
     for part_name, part in out["partitions"].items():
         publishers = ", ".join(p["producerName"] for p in part["publishers"]) or "none"
         lines.append(

@@ -22,6 +22,7 @@ from collections import deque
 from itertools import repeat, starmap
 from operator import attrgetter, lshift, or_
 
+from broker_core.client import telemetry
 from broker_core.client.args import check_seek_target, check_type, check_type_or_none
 from broker_core.client.consumer_acks import OFFSET_BITS, unacked_key
 from broker_core.client.consumer_dispatch import ConsumerDispatch
@@ -244,6 +245,7 @@ class Consumer(ConsumerDispatch):
             if msg is None:
                 return
             self._schedule_nack(msg)
+        telemetry.NACKS.add(1, self._telemetry)
         self._wake.set()
 
     def _redeliver(self, msgs: list[Message]) -> None:
@@ -328,10 +330,12 @@ class Consumer(ConsumerDispatch):
         def fn(cursor: Cursor | None) -> Cursor | None:
             if cursor is None:
                 return None
-            others = [n for n in cursor.live_consumers(now) if n != self._name]
+            others = [c for n, c in cursor.live_consumers(now).items() if n != self._name]
             if others:
+                leases = "; ".join(c.lease_text(now) for c in others)
                 raise ConsumerBusy(
-                    f"cannot unsubscribe {self._subscription!r}: consumers {others} are still connected",
+                    f"cannot unsubscribe {self._subscription!r}: other consumers are still connected ({leases}); "
+                    "close them first, or wait until their leases lapse",
                     subscription=self._subscription,
                 )
             cursor.deleted = True
@@ -349,6 +353,7 @@ class Consumer(ConsumerDispatch):
         if self._closed:
             return
         self._shutdown(leave=True)
+        telemetry.CONSUMER_CLOSED.add(1, self._telemetry)
 
     def _shutdown(self, *, leave: bool) -> None:
         with self._cv:
@@ -367,6 +372,8 @@ class Consumer(ConsumerDispatch):
             if leave:
                 with contextlib.suppress(PulsarException):
                     part.leave()
+            else:
+                part.closed_locally()
         if self._dead_letters is not None:
             self._dead_letters.close()
         self._client._forget(self)

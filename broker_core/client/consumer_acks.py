@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from broker_core.client import telemetry
 from broker_core.client.consumer_base import ConsumerBase
 from broker_core.client.context import HandleOwner
 from broker_core.client.dead_letters import DeadLetters
@@ -99,6 +100,8 @@ class ConsumerAcks(ConsumerBase):
         self._discover = discover
         self._discovery_period_s = discovery_period_s
         self._decryptor = decryptor or MessageDecryptor(None, None)  # encrypted messages: broker_core/crypto.py
+        self._telemetry = telemetry.topic_attributes(topic_label, subscription)
+        telemetry.CONSUMER_OPENED.add(1, self._telemetry)
         config = client._broker.config
         self._lease_ms = config.consumer_lease_written_ms
         self._delayed = config.delayed_delivery_enabled and consumer_type in (
@@ -221,6 +224,7 @@ class ConsumerAcks(ConsumerBase):
                 return cursor
 
             self._parts[source].store.update(fn)
+            telemetry.ACKS.add(len(offsets) + (upto is not None), self._telemetry)
 
     def _commit_redeliveries(self) -> None:
         with self._cv:

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from broker_core.client import telemetry
 from broker_core.client.args import check_type
 from broker_core.client.builder import PendingMessage
 from broker_core.client.context import HandleOwner
@@ -147,8 +148,10 @@ class Producer(ProducerSender):
         self._last_sequence_id = last
         self._next_sequence_id = last + 1
         self._last_renew_s = time.monotonic()
+        self._telemetry = telemetry.topic_attributes(topic)
         self._thread = threading.Thread(target=self._run, name=f"pubsub-producer-{self._name}", daemon=True)
         self._thread.start()
+        telemetry.PRODUCER_OPENED.add(1, self._telemetry)
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -341,6 +344,7 @@ class Producer(ProducerSender):
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        telemetry.PRODUCER_CLOSED.add(1, self._telemetry)
         self._thread.join(timeout=30)
         for q in self._queues:
             with contextlib.suppress(Exception):

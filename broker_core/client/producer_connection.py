@@ -20,7 +20,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker_core.client.context import HandleOwner
-from broker_core.errors import DirectoryGone, ProducerBusy, ProducerFenced, PulsarException, TopicDeleted, TopicNotFound
+from broker_core.errors import (
+    BrokerPersistenceError,
+    DirectoryGone,
+    ProducerBusy,
+    ProducerFenced,
+    PulsarException,
+    TopicDeleted,
+    TopicNotFound,
+)
 from broker_core.producer.registry import ProducerAccessMode
 
 if TYPE_CHECKING:
@@ -132,14 +140,26 @@ class ProducerConnection:
         self._in_background(self._renew_now)
 
     def _renew_now(self) -> None:
+        """A renewal that storage refuses for a while (a full disk, a store answering 5xx) is retried
+        after a tenth of the lease instead of failing the producer for good: the registration is still
+        its own, and once space is back the producer sends again (``docs/DECISIONS.md`` D171).  Losing
+        the registration (fencing) or the topic still fails it."""
+        retry_s = None
         try:
             for q in self._queues:
                 try:
                     q.registry.renew(self._name, now_ms=self._clock.now_ms(), lease_ms=self._lease_ms)
+                except BrokerPersistenceError as exc:
+                    if isinstance(exc, DirectoryGone):
+                        self._failure = self._failure or self._classify(q, exc)
+                    else:
+                        retry_s = self._lease_ms / 10_000
                 except PulsarException as exc:
                     self._failure = self._failure or self._classify(q, exc)
         finally:
             self._last_renew_s = time.monotonic()
+            if retry_s is not None:  # due again in ``retry_s`` (renewals are due a third of a lease apart)
+                self._last_renew_s -= self._lease_ms / 3_000 - retry_s
 
     def _classify(self, q: PartitionQueue, exc: PulsarException) -> PulsarException:
         """A lost registration means fencing, unless the topic itself was deleted (and maybe re-created)."""

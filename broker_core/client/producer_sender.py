@@ -19,10 +19,11 @@ a deleted topic or a fencing fails the producer for good.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from broker_core.client import telemetry
 from broker_core.client.builder import QueuedBatch
 from broker_core.client.partition_queue import COMMITTING, DONE, UPLOADED, InFlight, PartitionQueue, delay_cut_s
 from broker_core.client.producer_pipeline import ProducerPipeline
@@ -43,6 +44,7 @@ class ProducerSender(ProducerPipeline):
     _done_cond: threading.Condition
     _last_sequence_id: int
     _in_flight_total: int
+    _telemetry: dict[str, Any]  # the producer's metric attributes (``telemetry``)
 
     def _room(self, q: PartitionQueue) -> int:
         """How many messages of ``q`` may go in flight now: ``max_pending_messages`` per partition and
@@ -174,6 +176,7 @@ class ProducerSender(ProducerPipeline):
                 q.in_flight_messages -= len(item.batch)
                 self._in_flight_total -= len(item.batch)
                 self._cond.notify_all()
+            telemetry.record_sent(self._telemetry, item.batch.publish_ms, item.batch.bytes, ok=exc is None)
             self._resolve(q, item.batch)
 
     def _resolve(self, q: PartitionQueue, batch: QueuedBatch) -> None:

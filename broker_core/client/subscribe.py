@@ -119,7 +119,8 @@ def _parts_for(
 
         try:
             part.join(now_ms=client._clock.now_ms(), lease_ms=broker.config.consumer_lease_written_ms,
-                      initial_offset=initial, auto_create=broker.config.allow_auto_subscription_creation)
+                      initial_offset=initial, auto_create=broker.config.allow_auto_subscription_creation,
+                      in_process=True)
         except BaseException:
             for joined in parts:
                 joined.leave()

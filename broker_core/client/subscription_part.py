@@ -19,6 +19,7 @@ from broker_core.errors import SubscriptionNotFound
 from broker_core.log.snapshot import Snapshot
 from broker_core.message import Message, Schema, messages_from_rows
 from broker_core.naming import TopicName
+from broker_core.subscription import lease_holder
 from broker_core.subscription.cursor import ConsumerType, Cursor, new_cursor
 from broker_core.subscription.dispatch import Window, cursor_selector, key_shared_candidates, shared_candidates
 from broker_core.subscription.failover import FailoverConsumer, active_consumer
@@ -99,6 +100,7 @@ class SubscriptionPart:
         self.store = store
         self.subscription = subscription
         self.consumer_name = consumer_name
+        self._joined = False  # counted as open in ``lease_holder`` (from before its join commits)
         self.sub_type = sub_type
         self.priority_level = priority_level
         self.key_shared = key_shared or {}
@@ -113,8 +115,12 @@ class SubscriptionPart:
 
     def join(
         self, *, now_ms: int, lease_ms: int, initial_offset: Callable[[], int], auto_create: bool,
-        takeover: bool = False,
+        takeover: bool = False, in_process: bool = False,
     ) -> Cursor:
+        """Register this consumer on the cursor.  ``in_process``: the consumer lives and renews in this
+        process only (a ``Client`` consumer), so its lease records this process as its holder and may
+        be released once the process is gone; a Spark query's lease (renewed from whichever worker
+        runs) records none and is always waited out (docs/DECISIONS.md D137)."""
         sticky = [list(r) for r in self.key_shared.get("stickyRanges", [])]
         policy = {k: v for k, v in self.key_shared.items() if k != "stickyRanges"} or None
 
@@ -127,15 +133,30 @@ class SubscriptionPart:
                         subscription=self.subscription,
                     )
                 cursor = new_cursor(self.subscription, self.sub_type, initial_offset())
+            # a lease whose holder provably cannot use it any more (closed here, or its process on this
+            # machine died) is not waited out: after a crash, or a damaged newest cursor version that
+            # fell back to a version still holding it (docs/DECISIONS.md D137)
+            cursor.release_leases(lambda e: bool(e.holder) and lease_holder.is_gone(e.holder, self._lease_key(e.name)),
+                                  keep=self.consumer_name if takeover else None)
             cursor.add_consumer(
                 self.consumer_name, self.sub_type, now_ms=now_ms, lease_ms=lease_ms,
                 priority_level=self.priority_level, sticky_ranges=sticky, key_shared=policy, takeover=takeover,
+                holder=lease_holder.this_holder() if in_process else None,
             )
             if self.sub_type == ConsumerType.KeyShared:
                 self.selector(cursor, now_ms)  # refuses overlapping sticky ranges before committing
             return cursor
 
-        cursor = self.store.update(fn)
+        first = in_process and not self._joined
+        if first:  # before the commit: a lease of ours must never look abandoned to another join here
+            lease_holder.opening(self._lease_key(self.consumer_name))
+            self._joined = True
+        try:
+            cursor = self.store.update(fn)
+        except BaseException:
+            if first:
+                self.closed_locally()
+            raise
         assert cursor is not None
         return cursor
 
@@ -160,7 +181,22 @@ class SubscriptionPart:
             cursor.remove_consumer(self.consumer_name)
             return cursor
 
-        self.store.update(fn)
+        try:
+            self.store.update(fn)
+        finally:
+            self.closed_locally()
+
+    def closed_locally(self) -> None:
+        """This consumer is closed in this process (left, unsubscribed, or its join failed): a lease of
+        its still on storage may be released by the next join (``lease_holder.is_gone``)."""
+        if self._joined:
+            self._joined = False
+            lease_holder.closed(self._lease_key(self.consumer_name))
+
+    def _lease_key(self, name: str) -> str:
+        io = getattr(self.log, "io", None)  # (an in-memory log of the model tests has none)
+        where = f"{getattr(self.log, 'path', self.name)}/{self.subscription}"
+        return lease_holder.lease_key(getattr(io, "root_uri", ""), where, name)
 
     # -- who delivers what ---------------------------------------------------------------------------
 
@@ -353,6 +389,12 @@ class SubscriptionPart:
         if table is None:
             table, all_offsets = self.log.read(offsets[0], offsets[-1] + 1)  # (no readahead: see ``window``)
             index = np.searchsorted(all_offsets, wanted)
+            found = index < len(all_offsets)
+            found[found] = all_offsets[index[found]] == wanted[found]
+            if not found.all():  # an offset no live segment holds (a hole left by a repair) is no message
+                index = index[found]
+                if not len(index):
+                    return []
         rows = _rows_at(table, index)
         chosen = all_offsets[index]
         entries, batches = self.log.ids_for_offsets(chosen)

@@ -53,6 +53,11 @@ class BrokerConfig(BaseModel):
         gt=0,
         description="Largest message payload in bytes that a producer may send without chunking.",
     )
+    cluster_name: str = Field(
+        default="standalone",
+        min_length=1,
+        description="The cluster name metrics carry in their ``cluster`` label (``pubsub metrics``).",
+    )
     broker_deduplication_enabled: bool = Field(
         default=False,
         description="Drop resent messages whose producer sequence id was already committed.",

@@ -51,7 +51,7 @@ class ConsumerNotFound(NotFound):
 
 
 class UnsupportedVersionError(PulsarException):
-    """Never raised yet: the log's protocol versions are not checked against this library's."""
+    """A topic's log needs a newer Delta reader or writer than this library (``log.protocol_versions``)."""
 
 
 class TopicTerminated(PulsarException):

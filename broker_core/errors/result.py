@@ -2,6 +2,11 @@
 
 ``result_for`` maps an exception to its code by class name up the class tree, so this module needs
 none of the exception classes (they import it, for ``PulsarException.error()``).
+
+A code prints as its name (``Result.Timeout``), as the official client's does: since Python 3.11 an
+``IntEnum`` prints as its bare number, and a callback logging ``f"send failed: {result}"`` would
+read ``send failed: 3``.  The number stays one ``int(result)`` (or ``result.value``) away, and a
+numeric format (``f"{result:d}"``) still formats the number.
 """
 
 from __future__ import annotations
@@ -58,6 +63,18 @@ class Result(enum.IntEnum):
     ProducerFenced = 43
     MemoryBufferIsFull = 44
     Interrupted = 45
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+    def __format__(self, format_spec: str) -> str:
+        if format_spec and format_spec[-1] in _NUMERIC_FORMATS:
+            return int.__format__(self, format_spec)
+        return format(str(self), format_spec)
+
+
+_NUMERIC_FORMATS = frozenset("bcdoxXneEfFgG%")
+"""Format types that ask for the number (``f"{result:d}"``); any other spec formats the name."""
 
 
 def result_for(exc: BaseException | None) -> Result:

@@ -4,10 +4,15 @@ What is checked, per internal topic (``docs/CLI.md``, ``pubsub topics check``):
 
 - **the log**: commits are contiguous (a missing version below the newest is a gap), every commit
   decodes, every path it names is a segment name, and it replays;
-- **checkpoints** and the ``_last_checkpoint`` hint: each checkpoint decodes;
+- **checkpoints** and the ``_last_checkpoint`` hint: each checkpoint decodes and agrees with its
+  summary and with the JSON commits that remain (``log.checkpoint_verify``);
 - **segments**: every live segment is there, decodes, and holds the rows its ``add`` records;
 - **cursors**: the newest version of every subscription's cursor decodes;
-- **the producer registry**: its newest version decodes (reported only: no safe fallback exists).
+- **the producer registry**: its newest version decodes (reported only: no safe fallback exists);
+- **records** (``check_records``): the log's ``metaData`` (a Delta schema, Parquet, no partition
+  columns, a known format version), the newest compacted-view pointer (decodes, names a view file
+  that exists, a horizon within the log's offsets), and the topic's and its namespace's policy
+  records (reported only: the fix is ``pubsub policies set`` or a restore).
 
 What ``repair`` does (a dry run unless ``dry_run=False``):
 
@@ -37,6 +42,7 @@ from broker_core.errors import BrokerPersistenceError, LogCorrupted, SegmentCorr
 from broker_core.jobs.progress import JobSummary, check_flag, existing_log, resolve_targets, run_each
 from broker_core.log.actions import Action, Remove, decode_actions
 from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, checkpoint_path, read_checkpoint, write_checkpoint
+from broker_core.log.checkpoint_verify import verify_checkpoint
 from broker_core.log.gaps import commit_path, commit_versions
 from broker_core.log.segment import read_segment_checked
 from broker_core.log.segment_ref import SegmentRef
@@ -144,6 +150,7 @@ def _check(broker: Broker, topic: TopicName, *, execute: bool) -> CheckResult:
             except SymlinkRefused as exc:  # never set aside: that would copy what the link points at
                 findings.append(Finding("segment", f"{path}/{seg.path}", str(exc), ""))
     cursors = _check_cursors(io, path, findings)
+    findings += check_records(broker, topic, snap)
     try:  # the producer registry has no safe fallback (leases decide exclusivity): report only
         VersionedState(io, f"{path}/_producers", anchor=path).latest()
     except LogCorrupted as exc:
@@ -167,16 +174,20 @@ def _check_checkpoints(io: FileIO, path: str, findings: list[Finding]) -> list[i
             continue
         version = int(match.group(1))
         try:
-            read_checkpoint(io, path, version)
+            state = read_checkpoint(io, path, version)
+            wrong = None if state is None else verify_checkpoint(io, path, state)  # decodes, but lies?
         except LogCorrupted as exc:
+            state, wrong = None, str(exc)
+        if wrong is not None:
             bad.append(version)
-            findings.append(Finding("checkpoint", checkpoint_path(path, version), str(exc),
+            detail = wrong if state is None else f"disagrees with the JSON commits: {wrong}"
+            findings.append(Finding("checkpoint", checkpoint_path(path, version), detail,
                                     "rebuilt from the JSON commits"))
     hint = io.read_bytes(f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}")
     if hint is not None:
         try:
             int(json.loads(hint)["version"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             findings.append(Finding("hint", f"{path}/{LOG_DIR}/{LAST_CHECKPOINT}", "not a checkpoint hint",
                                     "rewritten to name the newest checkpoint"))
             bad.append(-1)
@@ -280,4 +291,57 @@ def _check_cursors(io: FileIO, path: str, findings: list[Finding]) -> list[tuple
     return out
 
 
-__all__ = ["DAMAGED_DIR", "TAG_DATA_LOSS", "CheckResult", "Finding", "check_topic"]
+def check_records(broker: Broker, topic: TopicName, snap: Snapshot | None) -> list[Finding]:
+    """Findings on the records beside the segments: the metaData in force, the compacted-view pointer,
+    and the policy records (reported only: none has a safe automatic repair)."""
+    path = topic_dir(topic)
+    findings = [] if snap is None else _check_metadata(path, snap)
+    findings += _check_view_pointer(broker.io, path, snap)
+    findings += [Finding("policies", file, why, "") for file, why in broker.policies.damaged_records(topic)]
+    return findings
+
+
+def _check_metadata(path: str, snap: Snapshot) -> list[Finding]:
+    meta, where = snap.metadata, f"{path}/{LOG_DIR}"
+    problems = []
+    try:
+        schema = json.loads(meta.schema_string)
+        if not isinstance(schema, dict) or schema.get("type") != "struct" or not isinstance(schema.get("fields"), list):
+            problems.append("its schemaString is not a Delta struct schema")
+    except (ValueError, RecursionError):
+        problems.append("its schemaString is not JSON")
+    if meta.format.provider != "parquet":
+        problems.append(f"its format is {meta.format.provider!r}, not 'parquet'")
+    if meta.partition_columns:
+        problems.append(f"it partitions by {meta.partition_columns}, which no topic does")
+    fmt = meta.configuration.get("pubsub.formatVersion")
+    if fmt is not None and fmt != "1":
+        problems.append(f"its pubsub.formatVersion is {fmt!r}, not '1'")
+    return [Finding("metaData", where, f"the metaData in force at version {snap.version}: {why}; the log was "
+                    "edited by hand or written by a foreign writer", "") for why in problems]
+
+
+def _check_view_pointer(io: FileIO, path: str, snap: Snapshot | None) -> list[Finding]:
+    from broker_core.topic.compacted_view import STATE_DIR, ViewPointer
+
+    state = VersionedState(io, f"{path}/{STATE_DIR}", anchor=path)
+    try:
+        version, doc = state.latest()
+        if doc is None:
+            return []
+        pointer = ViewPointer.from_json(version, doc, where=f"the compacted-view pointer of {path!r}")
+    except (LogCorrupted, BrokerPersistenceError) as exc:
+        return [Finding("view pointer", f"{path}/{STATE_DIR}", str(exc), "")]
+    file = f"{path}/{STATE_DIR}/{version:020d}.json"
+    problems = []
+    if not io.exists(f"{path}/{pointer.file}"):
+        problems.append(f"it names {pointer.file!r}, which does not exist")
+    if pointer.rows < 0 or pointer.horizon < 0 or pointer.rows > pointer.horizon:
+        problems.append(f"its rows ({pointer.rows}) and horizon ({pointer.horizon}) are not 0 <= rows <= horizon")
+    elif snap is not None and pointer.ledger_id == snap.ledger_id and pointer.horizon > snap.next_offset:
+        problems.append(f"its horizon {pointer.horizon} is past the log's next offset {snap.next_offset}")
+    return [Finding("view pointer", file, f"{why}; compact the topic again (`pubsub compact TOPIC`)", "")
+            for why in problems]
+
+
+__all__ = ["DAMAGED_DIR", "TAG_DATA_LOSS", "CheckResult", "Finding", "check_records", "check_topic"]

@@ -65,6 +65,8 @@ from broker_core.log.checkpoint import (
     read_last_checkpoint,
     write_checkpoint,
 )
+from broker_core.log.checkpoint_verify import verify_checkpoint, verify_state
+from broker_core.log.protocol_versions import check_writable
 from broker_core.log.segment import codec_of
 from broker_core.log.snapshot import RESERVED_TXN_PREFIX, Snapshot
 from broker_core.log.transaction_log import TransactionLog, commit_path
@@ -178,7 +180,10 @@ def _cleanup(broker: Broker, topic: TopicName, *, cutoff_ms: int, dry_run: bool)
     if log is None:
         return CleanupResult(str(topic), None, (), dry_run, "the partition has no log yet")
     io, path = broker.io, log.path
-    latest = log.snapshot().version
+    latest_snap = log.snapshot()
+    latest = latest_snap.version
+    if not dry_run:
+        check_writable(latest_snap, path)  # a newer writer's log: delete nothing
     names = io.list_dir(f"{path}/{LOG_DIR}")
     kept = _kept_checkpoint(io, path, names, latest, cutoff_ms)
     if kept is None:
@@ -187,6 +192,11 @@ def _cleanup(broker: Broker, topic: TopicName, *, cutoff_ms: int, dry_run: bool)
                     if (m := _LOG_FILE.match(n)) and int(m.group(1)) < kept.version)
     if not dry_run and doomed:
         require_no_gap(io, path, latest)
+        wrong = verify_checkpoint(io, path, kept)
+        if wrong is not None:  # the commits about to go are the only witness against it
+            raise LogCorrupted(f"{checkpoint_path(path, kept.version)} disagrees with the JSON commits ({wrong}): "
+                               "nothing is deleted. Run `pubsub topics check --repair` to rebuild it from the "
+                               "commits", version=kept.version, path=path)
         hint = read_last_checkpoint(io, path)
         if hint is None or hint < kept.version:  # version 0 may go: openers must find the checkpoint
             rows = pq.ParquetFile(io.open_input(checkpoint_path(path, kept.version))).metadata.num_rows
@@ -250,7 +260,7 @@ def staged_paths(io: FileIO) -> set[str]:
             try:
                 topics = json.loads(data)["topics"] if data else {}
                 out.update(seg["path"] for segs in topics.values() for seg in segs)
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 continue
     return out
 
@@ -306,6 +316,9 @@ def _vacuum(broker: Broker, topic: TopicName, staged: set[str], *, now: int, age
     log = TransactionLog(io, path, checkpoint_interval=_NEVER_CHECKPOINT,
                          max_retries=broker.config.commit_max_retries)
     snap = log.snapshot()
+    if not dry_run:
+        check_writable(snap, path)  # a newer writer's log: delete nothing
+    verify_state(io, path, snap)  # a checkpoint that lies about the live segments: delete nothing
     live = {seg.path for seg in snap.segments}
     referenced = _named(snap) | staged
     removed: list[str] = []

@@ -9,11 +9,19 @@ at protocol (1, 2) and any Delta reader sees plain Parquet files (``docs/PROTOCO
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from broker_core.errors import LogCorrupted
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+# Every integer of an action is stored as an int64 (checkpoints, segment columns, message ids): a
+# value outside that range in a hand-edited commit is refused where it is decoded, naming the field,
+# instead of overflowing later in a reader (an ``OverflowError`` per poll).
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 
 
 class _Action(BaseModel):
@@ -38,14 +46,14 @@ class Metadata(_Action):
     schema_string: str = Field(alias="schemaString")
     partition_columns: list[str] = Field(default_factory=list, alias="partitionColumns")
     configuration: dict[str, str] = Field(default_factory=dict)
-    created_time: int | None = Field(None, alias="createdTime")
+    created_time: Int64 | None = Field(None, alias="createdTime")
 
 
 class Add(_Action):
     path: str
     partition_values: dict[str, str] = Field(default_factory=dict, alias="partitionValues")
-    size: int
-    modification_time: int = Field(alias="modificationTime")
+    size: Count
+    modification_time: Int64 = Field(alias="modificationTime")
     data_change: bool = Field(True, alias="dataChange")
     stats: str | None = None
     tags: dict[str, str] | None = None
@@ -54,25 +62,25 @@ class Add(_Action):
 class Remove(_Action):
     path: str
     data_change: bool = Field(True, alias="dataChange")
-    deletion_timestamp: int | None = Field(None, alias="deletionTimestamp")
+    deletion_timestamp: Int64 | None = Field(None, alias="deletionTimestamp")
     extended_file_metadata: bool | None = Field(None, alias="extendedFileMetadata")
     partition_values: dict[str, str] | None = Field(None, alias="partitionValues")
-    size: int | None = None
+    size: Count | None = None
     tags: dict[str, str] | None = None
 
 
 class Txn(_Action):
     app_id: str = Field(alias="appId")
-    version: int
-    last_updated: int | None = Field(None, alias="lastUpdated")
+    version: Int64
+    last_updated: Int64 | None = Field(None, alias="lastUpdated")
 
 
 class CommitInfo(_Action):
     model_config = ConfigDict(frozen=True, populate_by_name=True, extra="allow")
-    timestamp: int | None = None
+    timestamp: Int64 | None = None
     operation: str | None = None
     operation_parameters: dict[str, Any] | None = Field(None, alias="operationParameters")
-    read_version: int | None = Field(None, alias="readVersion")
+    read_version: Int64 | None = Field(None, alias="readVersion")
     is_blind_append: bool | None = Field(None, alias="isBlindAppend")
     engine_info: str | None = Field(None, alias="engineInfo")
 
@@ -133,6 +141,12 @@ def decode_actions(data: bytes, *, version: int) -> list[Action]:
                 "or written by a broken writer",
                 version=version,
             ) from exc
+        except RecursionError:  # arrays or objects nested deeper than the parser's stack allows
+            raise LogCorrupted(
+                f"log version {version} line {line_no} nests JSON deeper than any action does; the log was "
+                "edited by hand or written by a broken writer",
+                version=version,
+            ) from None
         if not isinstance(obj, dict) or len(obj) != 1:
             raise LogCorrupted(
                 f"log version {version} line {line_no} is not a single action", version=version
@@ -151,6 +165,8 @@ def decode_actions(data: bytes, *, version: int) -> list[Action]:
 
 
 __all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
     "Action",
     "Add",
     "CommitInfo",

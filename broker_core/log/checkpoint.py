@@ -18,6 +18,8 @@ import pyarrow.parquet as pq
 
 from broker_core.errors import ChecksumError, LogCorrupted
 from broker_core.log.actions import Action, Add, Format, Metadata, Protocol, Remove, Txn
+from broker_core.log.checkpoint_summary import SUMMARY_KEY, check_checkpoint, summary_of
+from broker_core.log.protocol_versions import check_writable
 from broker_core.log.segment_ref import (
     TAG_BASE_ENTRY_ID,
     TAG_BASE_OFFSET,
@@ -227,10 +229,13 @@ def write_checkpoint(io_: FileIO, table_path: str, snapshot: Snapshot) -> bool:
     """Write the checkpoint of ``snapshot`` and then the ``_last_checkpoint`` hint.
 
     Returns False when another writer already wrote this version's checkpoint (that is fine: both
-    describe the same state).
+    describe the same state).  A log at a newer protocol than this library writes is refused
+    (``UnsupportedVersionError``, ``log.protocol_versions``).
     """
+    check_writable(snapshot, table_path)
     rows = checkpoint_rows(snapshot)
     table = pa.concat_tables([pa.Table.from_pylist(rows, schema=CHECKPOINT_SCHEMA), _add_rows(snapshot)])
+    table = table.replace_schema_metadata({SUMMARY_KEY: summary_of(snapshot)})  # (``checkpoint_summary``)
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="snappy")
     data = sink.getvalue()
@@ -255,12 +260,16 @@ def read_last_checkpoint(io_: FileIO, table_path: str) -> int | None:
     try:
         hint = json.loads(data)
         return int(hint["version"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
-def read_checkpoint(io_: FileIO, table_path: str, version: int) -> Snapshot | None:
-    """Load the snapshot stored in a checkpoint, or None if that checkpoint does not exist."""
+def read_checkpoint(io_: FileIO, table_path: str, version: int, *, trust_holes: bool = False) -> Snapshot | None:
+    """Load the snapshot stored in a checkpoint, or None if that checkpoint does not exist.
+
+    A checkpoint that decodes but contradicts itself or the summary written with it is
+    ``LogCorrupted`` (``checkpoint_summary.check_checkpoint``; ``trust_holes``: see there).
+    """
     path = checkpoint_path(table_path, version)
     if not io_.exists(path):
         return None
@@ -323,8 +332,11 @@ def read_checkpoint(io_: FileIO, table_path: str, version: int) -> Snapshot | No
     shell = Snapshot.from_actions(version, actions)
     if any(isinstance(a, Add) for a in actions):
         raise LogCorrupted(f"checkpoint {path!r} has adds outside the add column", version=version)
-    return assemble_snapshot(version, shell.protocol, shell.metadata, segments, dict(shell.txns),
-                             dict(shell.tombstones))
+    snapshot = assemble_snapshot(version, shell.protocol, shell.metadata, segments, dict(shell.txns),
+                                 dict(shell.tombstones))
+    summary = (table.schema.metadata or {}).get(SUMMARY_KEY)
+    check_checkpoint(snapshot, summary, f"checkpoint {path!r}", trust_holes=trust_holes)
+    return snapshot
 
 
 __all__ = [

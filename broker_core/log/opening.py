@@ -61,6 +61,9 @@ def _without_hint(io: FileIO, table_path: str, damaged: list[LogCorrupted], *, t
             return snap
     data = io.read_bytes(commit_path(table_path, 0))
     if data is None:
+        lenient = _unverified_fallback(io, table_path, damaged)
+        if lenient is not None:
+            return lenient
         if damaged:  # the commits before the damaged checkpoint were cleaned up: nothing to replay
             raise damaged[0]
         if any(COMMIT_RE.match(n) for n in names):
@@ -68,6 +71,20 @@ def _without_hint(io: FileIO, table_path: str, damaged: list[LogCorrupted], *, t
                                version=0)
         raise TopicNotFound(f"no topic log at {table_path!r}", path=table_path)
     return Snapshot.from_actions(0, decode_actions(data, version=0))
+
+
+def _unverified_fallback(io: FileIO, table_path: str, damaged: list[LogCorrupted]) -> Snapshot | None:
+    """With nothing else left to start from, the newest checkpoint refused only for an undocumented
+    hole (one written without a summary, by an earlier version): used as earlier versions did, with
+    a warning; ``pubsub topics check`` and vacuum compare it with whatever commits remain."""
+    for exc in damaged:
+        version = exc.context.get("version")
+        if exc.context.get("unverified") and isinstance(version, int):
+            _LOG.warning("using the checkpoint %s of %s although it leaves offsets to no segment: nothing "
+                         "else holds the state (run `pubsub topics check`)", checkpoint_path(table_path, version),
+                         table_path)
+            return read_checkpoint(io, table_path, version, trust_holes=True)
+    return None
 
 
 __all__ = ["starting_state"]

@@ -21,6 +21,18 @@ TAG_MIN_PUBLISH_MS = "pubsub.minPublishTimeMs"
 TAG_MAX_PUBLISH_MS = "pubsub.maxPublishTimeMs"
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
+def _tag_int(tags: dict[str, str], name: str, *, low: int = 0) -> int:
+    """A tag's integer, refused (``ValueError`` naming the tag) outside ``[low, 2**63 - 1]``: offsets,
+    entry ids and times are int64 in segments, checkpoints and message ids."""
+    value = int(tags[name])
+    if not low <= value <= _INT64_MAX:
+        raise ValueError(f"tag {name} = {value} is outside [{low}, 2**63 - 1]")
+    return value
+
+
 def layout_to_str(layout: list[int]) -> str:
     return ",".join(str(n) for n in layout)
 
@@ -142,17 +154,23 @@ class SegmentRef:
 
     @classmethod
     def from_add(cls, path: str, size: int, modification_time: int, tags: dict[str, str]) -> SegmentRef:
-        return cls(
+        """Raises ``ValueError`` (or ``KeyError``) naming a tag that is missing or out of range."""
+        ref = cls(
             path=path,
-            base_offset=int(tags[TAG_BASE_OFFSET]),
-            num_records=int(tags[TAG_NUM_RECORDS]),
-            base_entry_id=int(tags[TAG_BASE_ENTRY_ID]),
+            base_offset=_tag_int(tags, TAG_BASE_OFFSET),
+            num_records=_tag_int(tags, TAG_NUM_RECORDS),
+            base_entry_id=_tag_int(tags, TAG_BASE_ENTRY_ID),
             layout=layout_from_str(tags[TAG_ENTRY_LAYOUT]),
             size_bytes=size,
-            min_publish_ms=int(tags[TAG_MIN_PUBLISH_MS]),
-            max_publish_ms=int(tags[TAG_MAX_PUBLISH_MS]),
+            min_publish_ms=_tag_int(tags, TAG_MIN_PUBLISH_MS, low=-_INT64_MAX - 1),
+            max_publish_ms=_tag_int(tags, TAG_MAX_PUBLISH_MS, low=-_INT64_MAX - 1),
             modification_time_ms=modification_time,
         )
+        if ref.end_offset > _INT64_MAX or ref.end_entry_id > _INT64_MAX:
+            raise ValueError(f"tags {TAG_BASE_OFFSET}/{TAG_BASE_ENTRY_ID} plus the segment's rows pass 2**63 - 1")
+        if any(abs(part) > _INT64_MAX for part in ref.layout):
+            raise ValueError(f"tag {TAG_ENTRY_LAYOUT} has a part outside int64")
+        return ref
 
 
 __all__ = [

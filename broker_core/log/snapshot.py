@@ -10,7 +10,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from broker_core.errors import LogCorrupted
-from broker_core.log.actions import Action, Add, Metadata, Protocol, Remove, Txn
+from broker_core.log.actions import INT64_MAX, Action, Add, Metadata, Protocol, Remove, Txn
 from broker_core.log.segment import codec_of
 from broker_core.log.segment_ref import TAG_BASE_OFFSET, SegmentRef
 
@@ -38,6 +38,10 @@ class Snapshot:
     next_offset: int = 0
     next_entry_id: int = 0
     _base_offsets: list[int] = field(default_factory=list)
+    _by_path: list[dict[str, SegmentRef] | None] = field(default_factory=lambda: [None], compare=False, repr=False)
+    """A path index of live segments shared along a chain of appends (built on first use): it may
+    also hold paths of segments no longer live here (a lost commit attempt), so a hit counts only when
+    that very segment is live in this snapshot (``_live_segment``)."""
 
     # -- queries ------------------------------------------------------------------------------------
 
@@ -105,6 +109,32 @@ class Snapshot:
                 return seg
         return None
 
+    def _path_index(self) -> dict[str, SegmentRef]:
+        index = self._by_path[0]
+        if index is None:
+            index = {s.path: s for s in self.segments}
+            self._by_path[0] = index
+        return index
+
+    def _live_segment(self, path: str) -> SegmentRef | None:
+        """The live segment at ``path``, if any: O(log n) once the path index exists."""
+        seg = self._path_index().get(path)
+        if seg is None:
+            return None
+        i = self.segment_index_for(seg.base_offset)
+        return seg if i < len(self.segments) and self.segments[i] is seg else None
+
+    def _check_readds(self, version: int, added: list[SegmentRef], removed: set[str]) -> None:
+        """Refuse an ``add`` of a path that is already live (and not removed by the same commit), or
+        added twice by it: one file at two offsets would deliver its messages twice."""
+        seen: set[str] = set()
+        for seg in added:
+            live = None if seg.path in removed else self._live_segment(seg.path)
+            if seg.path in seen or live is not None:
+                where = f"at offset {live.base_offset}" if live is not None else "by the same commit"
+                raise duplicate_add_error(version, seg.path, where)
+            seen.add(seg.path)
+
     # -- replay -------------------------------------------------------------------------------------
 
     def apply(self, version: int, actions: list[Action]) -> Snapshot:
@@ -135,8 +165,11 @@ class Snapshot:
                 metadata = action
             elif isinstance(action, Protocol):
                 protocol = action
+        if added:
+            self._check_readds(version, added, removed)
         segments = self.segments
         base_offsets: list[int] | None = None
+        by_path: list[dict[str, SegmentRef] | None] | None = None
         if added and any(a.path in tombstones for a in added):
             readded = {a.path for a in added}
             tombstones = {k: v for k, v in tombstones.items() if k not in readded}
@@ -148,11 +181,14 @@ class Snapshot:
                 # the common case, an append: O(1) work per commit apart from the copies
                 base_offsets = self._base_offsets + [a.base_offset for a in added]
                 segments = segments + tuple(added)
+                self._path_index().update((a.path, a) for a in added)
+                by_path = self._by_path
             else:
                 segments = tuple(sorted(segments + tuple(added), key=lambda s: s.base_offset))
         elif not removed:
             base_offsets = self._base_offsets
-        return _build(version, protocol, metadata, segments, txns, tombstones, base_offsets)
+            by_path = self._by_path
+        return _build(version, protocol, metadata, segments, txns, tombstones, base_offsets, by_path)
 
     @classmethod
     def from_actions(cls, version: int, actions: list[Action]) -> Snapshot:
@@ -168,6 +204,8 @@ class Snapshot:
             elif isinstance(action, Metadata):
                 metadata = action
             elif isinstance(action, Add):
+                if action.path in segments:
+                    raise duplicate_add_error(version, action.path, f"at offset {segments[action.path].base_offset}")
                 segments[action.path] = _segment_from_add(action, version)
                 tombstones.pop(action.path, None)
             elif isinstance(action, Remove):
@@ -192,6 +230,15 @@ def assemble_snapshot(
 ) -> Snapshot:
     """A snapshot from already-decoded parts (the columnar checkpoint reader uses this)."""
     return _build(version, protocol, metadata, tuple(sorted(segments, key=lambda s: s.base_offset)), txns, tombstones)
+
+
+def duplicate_add_error(version: int, path: str, where: str) -> LogCorrupted:
+    return LogCorrupted(
+        f"log version {version} adds {path!r}, which is live already ({where}): one segment at two offsets "
+        "would deliver its messages twice, so the log is corrupt (edited by hand or by a foreign writer). "
+        "Restore the commit from a backup; `pubsub topics check` reports it",
+        version=version, path=path,
+    )
 
 
 def is_expired_txn(txn: Txn) -> bool:
@@ -247,6 +294,31 @@ def _segment_from_add(action: Add, version: int) -> SegmentRef:
         ) from exc
 
 
+_COUNTERS = (TXN_NEXT_OFFSET, TXN_NEXT_ENTRY_ID, TXN_PRODUCER_EPOCH)
+
+
+def _check_counters(version: int, metadata: Metadata, txns: dict[str, Txn]) -> None:
+    """Refuse a ledger id or a counter of the library's own outside ``[0, 2**63 - 1]`` (int64, as in
+    message ids and checkpoints): a hand edit, named here with its field rather than met later as a
+    ``ValueError`` or ``OverflowError`` in every reader's poll."""
+    ledger = metadata.configuration.get(LEDGER_ID_KEY)
+    if ledger is not None and not (ledger.isascii() and ledger.isdigit() and int(ledger) <= INT64_MAX):
+        raise LogCorrupted(
+            f"log version {version} (or the checkpoint it was read from) has metaData configuration "
+            f"{LEDGER_ID_KEY} = {ledger!r}, which is not a ledger id (a decimal integer from 0 to 2**63 - 1): "
+            "the log was edited by hand; restore the commit that changed the metaData from a backup",
+            version=version, field=LEDGER_ID_KEY,
+        )
+    for app_id in _COUNTERS:
+        txn = txns.get(app_id)
+        if txn is not None and txn.version < 0:
+            raise LogCorrupted(
+                f"log version {version} (or the checkpoint it was read from) has txn {app_id} = {txn.version}, "
+                "which is negative: the log was edited by hand; restore the commit from a backup",
+                version=version, field=app_id,
+            )
+
+
 def _build(
     version: int,
     protocol: Protocol,
@@ -255,7 +327,9 @@ def _build(
     txns: dict[str, Txn],
     tombstones: dict[str, Remove],
     base_offsets: list[int] | None = None,
+    by_path: list[dict[str, SegmentRef] | None] | None = None,
 ) -> Snapshot:
+    _check_counters(version, metadata, txns)
     next_offset = max(
         segments[-1].end_offset if segments else 0,
         txns[TXN_NEXT_OFFSET].version if TXN_NEXT_OFFSET in txns else 0,
@@ -274,6 +348,7 @@ def _build(
         next_offset=next_offset,
         next_entry_id=next_entry,
         _base_offsets=base_offsets if base_offsets is not None else [s.base_offset for s in segments],
+        _by_path=by_path if by_path is not None else [None],
     )
 
 
@@ -287,5 +362,6 @@ __all__ = [
     "Snapshot",
     "assemble_snapshot",
     "check_segment_path",
+    "duplicate_add_error",
     "is_expired_txn",
 ]

@@ -94,12 +94,15 @@ class VersionedState:
             doc = json.loads(data)
         except ValueError as exc:
             raise LogCorrupted(f"state file {self._path(version)!r} is not JSON: {exc}", version=version) from exc
+        except RecursionError:  # nested deeper than the parser's stack allows: no state document is
+            raise LogCorrupted(f"state file {self._path(version)!r} is not a state document: its JSON nests "
+                               "deeper than the parser allows", version=version) from None
         if not isinstance(doc, dict):
             raise LogCorrupted(f"state file {self._path(version)!r} is not a JSON object", version=version)
         if self.validate is not None:
             try:
                 self.validate(_strip(dict(doc)))
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
                 raise LogCorrupted(f"state file {self._path(version)!r} is malformed ({exc!r})",
                                    version=version) from exc
         return doc

@@ -40,6 +40,7 @@ from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, write_checkpoin
 from broker_core.log.checkpointer import Checkpointer
 from broker_core.log.gaps import check_no_gap, commit_path, gap_error, verify_period_s
 from broker_core.log.opening import starting_state
+from broker_core.log.protocol_versions import check_readable, check_writable, writable
 from broker_core.log.snapshot import Snapshot
 from broker_core.log.writer_tip import OwnCommit
 from broker_core.storage import FileIO
@@ -119,6 +120,7 @@ class TransactionLog:
         return snapshot
 
     def _replay_from(self, snapshot: Snapshot) -> Snapshot:
+        check_readable(snapshot, self.table_path)
         if snapshot.deleted:
             # the tombstone ends this log: a version after it would belong to a topic re-created at this
             # path, so never probe for one; reload once the tombstoned log is gone (at most every second)
@@ -136,6 +138,7 @@ class TransactionLog:
                 break
             actions, tip = read
             snapshot = snapshot.apply(snapshot.version + 1, actions)
+            check_readable(snapshot, self.table_path)  # (a protocol upgrade in this commit)
             replayed += 1
             if self.on_polled is not None and self._snapshot is not None:  # a poll, not an opening
                 self.on_polled(snapshot, actions)
@@ -157,6 +160,8 @@ class TransactionLog:
         names an older one (a stale hint only means more replay, and listing finds the newer
         checkpoint).
         """
+        if not writable(snapshot):  # a newer writer's log: a reader's favour is no write either
+            return
         try:
             write_checkpoint(self.io, self.table_path, snapshot)
         except (BrokerPersistenceError, OSError) as exc:  # OSError: PermissionError and pyarrow's fs
@@ -310,6 +315,7 @@ class TransactionLog:
             for attempt in range(1, self.max_retries + 1):
                 if snapshot.deleted:  # a deletion won the race for this version
                     raise self._deleted(snapshot)
+                check_writable(snapshot, self.table_path)
                 actions = build(snapshot)
                 info = CommitInfo(
                     timestamp=int(time.time() * 1000),

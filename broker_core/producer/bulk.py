@@ -219,7 +219,7 @@ def _decode_manifest(data: bytes, where: str) -> dict[str, list[StagedSegment]]:
             ]
             for topic, segs in raw["topics"].items()
         }
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise LogCorrupted(f"staged-write manifest {where!r} is malformed ({exc!r}); delete it if its write "
                            "was abandoned", path=where) from exc
     for segs in planned.values():
@@ -234,7 +234,7 @@ def _manifest_owner(data: bytes, where: str) -> object:
     try:
         raw = json.loads(data)
         return raw.get("owner") if isinstance(raw, dict) else None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise LogCorrupted(f"staged-write manifest {where!r} is not JSON; delete it if its write was abandoned",
                            path=where) from exc
 

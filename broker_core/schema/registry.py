@@ -85,7 +85,7 @@ class SchemaRegistry:
             return None
         try:
             doc = SchemaVersionDoc.model_validate(json.loads(data))
-        except (ValueError, ValidationError) as exc:
+        except (ValueError, ValidationError, RecursionError) as exc:
             raise LogCorrupted(f"schema version file {self._path(version)!r} is invalid: {exc}",
                                version=version) from None
         with self._lock:

@@ -93,7 +93,7 @@ def open_object_store(spec: RootSpec, *, wrap: Any = None) -> ObjectStoreFileIO:
         ops = wrap(ops)
     io = ObjectStoreFileIO(ops, spec.url, storage_options=spec.storage_options,
                            single_writer=truthy(spec.storage_options.get("pubsub_single_writer")))
-    io.list_dir("")  # fails now, typed and naming the root, if the bucket or the credentials are wrong
+    io.root_status()  # one LIST: fails now, typed and naming the root, if the bucket or the credentials are wrong
     return io
 
 

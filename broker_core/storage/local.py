@@ -240,7 +240,10 @@ class LocalFileIO:
             except OSError as exc:
                 raise self._error("commit", path, exc) from exc
             finally:
-                with contextlib.suppress(FileNotFoundError):
+                # never masks the typed error above: on a read-only mount ``unlink`` of a temp file that
+                # was never created fails with EROFS, not ENOENT; a temp file left behind is a leftover
+                # (``jobs.leftovers``), never read
+                with contextlib.suppress(OSError):
                     os.unlink(tmp, dir_fd=dir_fd)
 
     def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None,
@@ -256,18 +259,23 @@ class LocalFileIO:
                 ) from exc
             except FileNotFoundError as exc:
                 raise self._gone(path, anchor) from exc
+            except OSError as exc:  # a read-only root, a full disk, permissions
+                raise self._error("write", path, exc) from exc
             try:
                 self._write_all(fd, data)
-            except OSError as exc:
+            except OSError as exc:  # a full disk mid-way: the part written would stay, unnamed, until a
+                os.close(fd)  # leftovers job, taking the space a retry needs; nothing references it yet
+                self._unlink_quietly(dir_fd, name)
                 raise self._error("write", path, exc) from exc
-            finally:
-                os.close(fd)
+            os.close(fd)
             if self._fsync:  # the directory entry must survive a power loss as well as the bytes
                 try:
                     self._fsync_dir(directory)
                 except FileNotFoundError as exc:  # written, but into a directory renamed away since
                     self._unlink_quietly(dir_fd, name)
                     raise self._gone(path, anchor) from exc
+                except OSError as exc:
+                    raise self._error("write", path, exc) from exc
 
     def replace(self, path: str, data: bytes, *, anchor: str | None = None) -> None:
         directory, name = os.path.split(self.abs_path(path))
@@ -279,7 +287,7 @@ class LocalFileIO:
                 if self._fsync:  # the rename itself must survive a power loss
                     self._fsync_dir(directory)
             except OSError as exc:
-                with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(OSError):  # EROFS on a read-only mount: must not mask ``exc``
                     os.unlink(tmp, dir_fd=dir_fd)
                 if isinstance(exc, FileNotFoundError):
                     self._unlink_quietly(dir_fd, name)  # renamed away (a deletion): nothing stays behind
@@ -426,10 +434,21 @@ class LocalFileIO:
             os.close(fd)
 
     def _error(self, what: str, path: str, exc: OSError) -> BrokerPersistenceError:
-        """The error of a failed storage call: ``AuthorizationError`` when permissions refused it,
-        ``ReadError`` for other failed reads, else ``BrokerPersistenceError``."""
-        error = (AuthorizationError if isinstance(exc, PermissionError)
-                 else ReadError if what == "read" else BrokerPersistenceError)
+        """The error of a failed storage call: ``AuthorizationError`` when permissions or a read-only
+        mount refused it, ``ReadError`` for other failed reads, else ``BrokerPersistenceError``."""
+        if exc.errno == errno.EROFS:
+            return AuthorizationError(
+                f"storage {what} failed for {path!r}: the storage root {self._root!r} is read-only "
+                f"({exc.strerror or exc}); open it for reading only, or remount it read-write",
+                path=path, root=self._root,
+            )
+        if isinstance(exc, PermissionError):
+            return AuthorizationError(
+                f"storage {what} failed for {path!r} under {self._root!r}: permission denied "
+                f"({exc.strerror or exc}); the root is read-only for this user: fix its permissions",
+                path=path, root=self._root,
+            )
+        error = ReadError if what == "read" else BrokerPersistenceError
         return error(
             f"storage {what} failed for {path!r} under {self._root!r}: {exc.strerror or exc}",
             path=path,

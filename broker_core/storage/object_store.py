@@ -20,6 +20,7 @@ What the local primitives become (``docs/PROTOCOL.md`` section "Object stores"):
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -40,17 +41,21 @@ from obstore.exceptions import (
 from broker_core.errors import (
     BrokerPersistenceError,
     DirectoryGone,
+    InvalidConfiguration,
     StorageAccessDenied,
     StorageUnavailable,
     UnsafeStore,
 )
 from broker_core.storage.protocol import FileStatus, check_key
-from broker_core.storage.urls import scrub
+from broker_core.storage.urls import has_aws_credentials, scrub
 
 TOMBSTONE_DIR = "_pubsub/deleted"
 PROBE_DIR = "_pubsub/probes"
+ROOT_MARKER = "_pubsub/root.json"
 REQUEST_TYPES = ("GET", "HEAD", "PUT", "LIST", "DELETE")
 _CONFLICT_RETRIES = 8
+# what obstore's error says when it fell back to the instance-metadata service for credentials
+_METADATA_HINTS = ("169.254.169.254", "/latest/api/token", "/latest/meta-data", "fd00:ec2::254")
 
 
 class ConflictInFlight(Exception):
@@ -135,6 +140,7 @@ class ObjectStoreFileIO:
         self._single_writer = single_writer
         self._checked = threading.Event()
         self._check_lock = threading.Lock()
+        self._present = False
 
     def __repr__(self) -> str:
         return f"ObjectStoreFileIO({self._root_uri!r})"
@@ -148,13 +154,20 @@ class ObjectStoreFileIO:
         return False
 
     def root_status(self) -> str:
-        """Always ``"directory"``: the bucket's existence was checked when the root was opened (a
-        missing bucket is ``StorageUnavailable`` naming it), and a key prefix needs no creating."""
-        return "directory"
+        """``"directory"`` if anything is stored under the prefix (the root marker, ``_pubsub/`` files or
+        topics: a root written before the marker existed has those), else ``"missing"``: a prefix has no
+        existence of its own, so an empty one is a typo or a root never created (one LIST, then
+        remembered; a missing bucket is ``StorageUnavailable`` naming it)."""
+        if not self._present:  # memory:// lives and dies with its process: nothing to mistype into
+            self._present = bool(self.list_dir("")) or self._root_uri.startswith("memory://")
+        return "directory" if self._present else "missing"
 
     def make_root(self) -> None:
-        """Nothing to create: a prefix exists as soon as a key is written under it (buckets are
-        created by their owner, never by this library)."""
+        """Write the root marker ``_pubsub/root.json`` (buckets are created by their owner, never by this
+        library): from then on the prefix is a root, even before a topic is written."""
+        body = json.dumps({"createdAtMs": int(time.time() * 1000)}).encode() + b"\n"
+        self.put_if_absent(ROOT_MARKER, body)
+        self._present = True
 
     @property
     def request_counts(self) -> dict[str, int]:
@@ -331,9 +344,31 @@ class ObjectStoreFileIO:
                 root=self._root_uri,
                 path=path,
             ) from None
+        except BaseException as exc:  # obstore panics (pyo3 PanicException, not an Exception) on bad config
+            if type(exc).__name__ != "PanicException":
+                raise
+            raise InvalidConfiguration(
+                f"storage {what} of {path!r} under {self._root_uri} failed inside the object-store client "
+                f"({scrub(str(exc).splitlines()[0] if str(exc) else '', self._options)[:300]}); check the "
+                f"storage options (given: {sorted(self._options)})",
+                root=self._root_uri,
+                path=path,
+            ) from None
 
     def _translate(self, what: str, path: str, exc: BaseException) -> BrokerPersistenceError:
         detail = scrub(str(exc).split("\n")[0], self._options)[:400]
+        if self._root_uri.startswith(("s3://", "s3a://")) and not has_aws_credentials(self._options) and (
+                isinstance(exc, PermissionDeniedError | UnauthenticatedError) or " 403 " in detail
+                or " 401 " in detail or any(hint in detail for hint in _METADATA_HINTS)):
+            return StorageAccessDenied(
+                f"storage {what} of {path!r} under {self._root_uri} failed: no credentials are configured, so the "
+                "store asked the instance-metadata service for some, which gave none; set the storage options "
+                "aws_access_key_id and aws_secret_access_key (Spark: .option('storage.aws_access_key_id', ...), "
+                "CLI: --storage-option aws_access_key_id=...) or the environment variables AWS_ACCESS_KEY_ID and "
+                f"AWS_SECRET_ACCESS_KEY, or run where an instance role provides them ({detail})",
+                root=self._root_uri,
+                path=path,
+            )
         if isinstance(exc, PermissionDeniedError | UnauthenticatedError) or " 403 " in detail:
             return StorageAccessDenied(
                 f"storage {what} of {path!r} under {self._root_uri} was denied: the credentials are wrong or lack "
@@ -360,4 +395,6 @@ class ObjectStoreFileIO:
         )
 
 
-__all__ = ["PROBE_DIR", "REQUEST_TYPES", "TOMBSTONE_DIR", "ConflictInFlight", "ObjectStoreFileIO", "StoreOps"]
+__all__ = [
+    "PROBE_DIR", "REQUEST_TYPES", "ROOT_MARKER", "TOMBSTONE_DIR", "ConflictInFlight", "ObjectStoreFileIO", "StoreOps",
+]

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urlparse, urlsplit
 
 from broker_core.errors import InvalidConfiguration, InvalidUrl
 
@@ -36,6 +36,10 @@ _CLIENT_KEYS = ("allow_http", "allow_invalid_certificates", "connect_timeout", "
 # a URL's scheme and everything up to the last "@" of the same word: its user info, even when a
 # secret's "/" or "@" moved the "@" past where ``urlparse`` ends the host
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<info>[^\s'\"`<>()\[\]{}]*@)")
+# options and variables whose value obstore parses as a URL (it panics, a BaseException, on a malformed one)
+_URL_ENV = ("AWS_ENDPOINT", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT",
+            "GOOGLE_BASE_URL")
+_URI_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*")
 _OWN_KEYS = ("pubsub_single_writer", "pubsub_max_retries", "pubsub_retry_timeout_ms", "pubsub_simulated_latency")
 
 
@@ -90,6 +94,20 @@ def scrub(text: str, options: Mapping[str, Any]) -> str:
         if len(value) >= 4:
             text = text.replace(value, "***")
     return mask_userinfo(text)
+
+
+_AWS_CREDENTIAL_KEYS = ("access_key_id", "secret_access_key", "session_token", "token", "skip_signature",
+                        "web_identity_token_file", "container_credentials_relative_uri",
+                        "container_credentials_full_uri")
+
+
+def has_aws_credentials(options: Mapping[str, str]) -> bool:
+    """Whether S3 credentials (or unsigned access) come from ``options`` or the ``AWS_*`` environment;
+    without them obstore falls back to the instance-metadata service."""
+    given = {key.removeprefix("aws_") for key, value in options.items() if value}
+    if given & set(_AWS_CREDENTIAL_KEYS):
+        return True
+    return any(os.environ.get(f"AWS_{key.upper()}") for key in _AWS_CREDENTIAL_KEYS)
 
 
 def normalise_options(storage_options: Mapping[str, Any] | None) -> dict[str, str]:
@@ -171,8 +189,99 @@ def parse_root(service_url: str, storage_options: Mapping[str, Any] | None = Non
     return RootSpec(url=url, scheme=scheme, storage_options=options)
 
 
+def _is_url_option(key: str) -> bool:
+    return "endpoint" in key or key.endswith("_url") or key.endswith("_url_s3")
+
+
+def _shown_url(value: str) -> str:
+    """``value`` without userinfo (``user:password@``), which may hold a credential."""
+    return mask_userinfo(value)
+
+
+def check_endpoint(name: str, value: str) -> None:
+    """Refuse an endpoint (or other URL) option obstore could not parse, before obstore sees it.
+
+    obstore parses such values only when it sends its first request, and a malformed one (a bad port,
+    an unclosed IPv6 bracket, a space) makes it panic: a ``pyo3_runtime.PanicException``, which is a
+    ``BaseException`` that escapes ``except Exception``, after a Rust backtrace on stderr.
+
+    Raises:
+        InvalidConfiguration: naming the option (or variable) and its value, userinfo masked.
+    """
+    reason = None
+    try:
+        parsed = urlsplit(value)
+        port = parsed.port  # ValueError when out of range or not a number
+        del port
+    except ValueError as exc:
+        reason = str(exc)
+    else:
+        if parsed.scheme.lower() not in ("http", "https"):
+            reason = "it must start with http:// or https://"
+        elif not parsed.hostname:
+            reason = "it names no host"
+        elif not _URI_CHARS.fullmatch(value):
+            reason = "it holds a character a URL may not (a space, a control or non-ASCII character, a quote)"
+    if reason is not None:
+        raise InvalidConfiguration(
+            f"storage option {name!r} = {_shown_url(value)!r} is not a valid endpoint URL ({reason}); "
+            "use http(s)://host[:port], e.g. http://127.0.0.1:9000",
+            option=name,
+        )
+
+
+def check_url_options(spec: RootSpec) -> None:
+    """Check every URL-valued storage option, and the standard variables that stand in for them."""
+    for key, value in spec.storage_options.items():
+        if key not in _OWN_KEYS and _is_url_option(key):
+            check_endpoint(key, value)
+    family: str | None = {"s3": "AWS_", "s3a": "AWS_", "gs": "GOOGLE_", "memory": None}.get(spec.scheme, "AZURE_")
+    for variable in _URL_ENV:
+        found = os.environ.get(variable)
+        overridden = variable.lower() in spec.storage_options
+        if family is not None and variable.startswith(family) and found and not overridden:
+            check_endpoint(f"{variable} (environment variable)", found)
+
+
 def truthy(value: str | None) -> bool:
     return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
+
+
+_ENDPOINT_KEYS = ("endpoint", "endpoint_url")
+
+
+def _check_plain_http(spec: RootSpec, config: Mapping[str, str], client: Mapping[str, Any]) -> None:
+    """Refuse an ``http://`` endpoint unless HTTP is allowed: obstore's own answer is a bare
+    "builder error" at the first request, which names neither the option nor the endpoint."""
+    if client.get("allow_http"):
+        return
+    prefix = {"s3": "aws", "s3a": "aws", "gs": "google", "az": "azure", "abfs": "azure", "abfss": "azure"}.get(
+        spec.scheme)
+    if prefix is None:
+        return
+    found = [(key, value) for key, value in config.items()
+             if key.removeprefix(f"{prefix}_") in _ENDPOINT_KEYS]
+    if prefix == "aws" and not found:
+        found = [(name, os.environ[name]) for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT") if os.environ.get(name)][:1]
+    for key, value in found:
+        if value.strip().lower().startswith("http://"):
+            raise InvalidConfiguration(
+                f"the endpoint {_endpoint_shown(value.strip())!r} (from {key}) of {spec.url} is plain HTTP, which the "
+                f"store refuses unless allowed: set the storage option {prefix}_allow_http=true (Spark: "
+                f"storage.{prefix}_allow_http, CLI: --storage-option {prefix}_allow_http=true"
+                + (", or the environment variable AWS_ALLOW_HTTP=true" if prefix == "aws" else "")
+                + "), or use an https:// endpoint",
+                option=f"{prefix}_allow_http",
+                root=spec.url,
+            )
+
+
+def _endpoint_shown(endpoint: str) -> str:
+    """The endpoint without any user or password in it (its host and port stay)."""
+    parsed = urlparse(endpoint)
+    if "@" not in parsed.netloc:
+        return endpoint
+    return parsed._replace(netloc="***@" + parsed.netloc.rsplit("@", 1)[1]).geturl()
 
 
 def obstore_arguments(spec: RootSpec) -> dict[str, Any]:
@@ -182,6 +291,7 @@ def obstore_arguments(spec: RootSpec) -> dict[str, Any]:
     ``pubsub_*`` keys are taken out.  Retries default to a short total timeout so that an
     unreachable endpoint fails in seconds, not obstore's minutes.
     """
+    check_url_options(spec)
     config: dict[str, Any] = {}
     client: dict[str, Any] = {}
     for key, value in spec.storage_options.items():
@@ -202,6 +312,7 @@ def obstore_arguments(spec: RootSpec) -> dict[str, Any]:
         env = os.environ.get(f"AWS_{plain.upper()}") if spec.scheme in ("s3", "s3a") else None
         if plain not in client and env is not None:
             client[plain] = truthy(env)
+    _check_plain_http(spec, config, client)
     try:
         max_retries = int(spec.storage_options.get("pubsub_max_retries", "3"))
         retry_timeout_ms = int(spec.storage_options.get("pubsub_retry_timeout_ms", "15000"))
@@ -224,6 +335,9 @@ def obstore_arguments(spec: RootSpec) -> dict[str, Any]:
 __all__ = [
     "OBJECT_STORE_SCHEMES",
     "RootSpec",
+    "check_endpoint",
+
+    "has_aws_credentials",
     "is_secret_key",
     "mask_userinfo",
     "normalise_options",

@@ -19,12 +19,14 @@ Positions are the topic's dense offsets:
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from broker_core.errors import ConsumerBusy, NotAllowedError
+from broker_core.subscription import lease_holder
 from broker_core.subscription.key_shared import (
     DEFAULT_RANGE_SIZE,
     auto_split_join,
@@ -52,24 +54,36 @@ class ConsumerEntry:
     lease_expires_ms: int
     priority_level: int = 0
     sticky_ranges: list[list[int]] = field(default_factory=list)
+    holder: dict[str, str] = field(default_factory=dict)  # the process holding the lease (``lease_holder``)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "joinOrder": self.join_order,
             "leaseExpiresMs": self.lease_expires_ms,
             "priorityLevel": self.priority_level,
             "stickyRanges": self.sticky_ranges,
         }
+        if self.holder:
+            doc["holder"] = self.holder
+        return doc
 
     @classmethod
     def from_json(cls, name: str, doc: dict[str, Any]) -> ConsumerEntry:
+        holder = doc.get("holder")
         return cls(
             name=name,
             join_order=int(doc["joinOrder"]),
             lease_expires_ms=int(doc["leaseExpiresMs"]),
             priority_level=int(doc.get("priorityLevel", 0)),
             sticky_ranges=[list(r) for r in doc.get("stickyRanges", [])],
+            # optional and informative: a malformed one is dropped, never fatal to the cursor
+            holder={str(k): str(v) for k, v in holder.items()} if isinstance(holder, dict) else {},
         )
+
+    def lease_text(self, now_ms: int) -> str:
+        """What a ``ConsumerBusy`` says about this lease: whose, held where, until when."""
+        return (f"consumer {self.name!r} holds a lease on it (taken by {lease_holder.describe(self.holder)}) "
+                f"that expires at {lease_holder.expiry_text(self.lease_expires_ms, now_ms)}")
 
 
 @dataclass(slots=True)
@@ -105,6 +119,10 @@ class Cursor:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Cursor:
+        """Raises ``ValueError`` (or ``KeyError``/``TypeError``) on a malformed document, including a
+        position outside int64 (positions go through int64 arrays: it would overflow at first use)."""
+        if not -1 <= int(doc["markDelete"]) < 1 << 63:
+            raise ValueError(f"markDelete {doc['markDelete']} is outside 0..2**63-1")
         return cls(
             subscription=doc["subscription"],
             sub_type=ConsumerType[doc["type"]],
@@ -141,6 +159,7 @@ class Cursor:
         sticky_ranges: list[list[int]] | None = None,
         key_shared: dict[str, Any] | None = None,
         takeover: bool = False,
+        holder: dict[str, str] | None = None,
     ) -> ConsumerEntry:
         """Register a consumer, enforcing the subscription type's rules.
 
@@ -156,31 +175,24 @@ class Cursor:
             entry.priority_level = priority_level
             return entry
         if name in self.consumers:
-            raise ConsumerBusy(
-                f"a consumer named {name!r} is already connected to subscription {self.subscription!r}; "
-                "consumer names must be unique per subscription",
-                subscription=self.subscription,
-            )
+            raise self._busy(f"a consumer named {name!r} is already connected to subscription "
+                             f"{self.subscription!r} (consumer names must be unique per subscription)",
+                             self.consumers[name], now_ms)
         if self.consumers and sub_type != self.sub_type:
-            raise ConsumerBusy(
-                f"subscription {self.subscription!r} is {self.sub_type.name} with connected consumers; "
-                f"a {sub_type.name} consumer cannot join until they leave",
-                subscription=self.subscription,
-            )
+            raise self._busy(f"subscription {self.subscription!r} is {self.sub_type.name} with connected "
+                             f"consumers; a {sub_type.name} consumer cannot join until they leave",
+                             self._longest_lease(), now_ms)
         if self.consumers and sub_type == ConsumerType.Exclusive:
-            raise ConsumerBusy(
-                f"exclusive subscription {self.subscription!r} already has consumer {next(iter(self.consumers))!r}",
-                subscription=self.subscription,
-            )
+            current = self._longest_lease()
+            raise self._busy(f"exclusive subscription {self.subscription!r} already has consumer {current.name!r}",
+                             current, now_ms)
         mode_clash = bool(key_shared and self.key_shared) and (key_shared or {}).get("mode") != self.key_shared.get(
             "mode"
         )
         if sub_type == ConsumerType.KeyShared and self.consumers and mode_clash:
-            raise ConsumerBusy(
-                f"Key_Shared subscription {self.subscription!r} uses mode {self.key_shared.get('mode')}; "
-                f"a consumer with mode {(key_shared or {}).get('mode')} cannot join",
-                subscription=self.subscription,
-            )
+            raise self._busy(f"Key_Shared subscription {self.subscription!r} uses mode "
+                             f"{self.key_shared.get('mode')}; a consumer with mode {(key_shared or {}).get('mode')} "
+                             "cannot join until its consumers leave", self._longest_lease(), now_ms)
         if not self.consumers:
             self.sub_type = sub_type
             if key_shared is not None:
@@ -195,12 +207,32 @@ class Cursor:
             lease_expires_ms=now_ms + lease_ms,
             priority_level=priority_level,
             sticky_ranges=[list(r) for r in (sticky_ranges or [])],
+            holder=dict(holder or {}),
         )
         self.next_join_order += 1
         self.consumers[name] = entry
         if ends is not None:
             self._store_end_keys(ends)
         return entry
+
+    def release_leases(self, gone: Callable[[ConsumerEntry], bool], *, keep: str | None = None) -> list[str]:
+        """Drop the consumers (but ``keep``) whose lease holder is ``gone`` (``lease_holder.is_gone``:
+        provably unable to use it); their claims become redeliverable.  Returns their names."""
+        dropped = [name for name, entry in self.consumers.items() if name != keep and gone(entry)]
+        for name in dropped:
+            self.remove_consumer(name)
+        return dropped
+
+    def _longest_lease(self) -> ConsumerEntry:
+        return max(self.consumers.values(), key=lambda c: c.lease_expires_ms)
+
+    def _busy(self, why: str, entry: ConsumerEntry, now_ms: int) -> ConsumerBusy:
+        return ConsumerBusy(
+            f"{why}: {entry.lease_text(now_ms)}. If that consumer is still running, close it; if it was "
+            "closed or its process died, its lease lapses then (or delete the subscription with "
+            "`pubsub subscriptions delete --force`)",
+            subscription=self.subscription, consumer=entry.name, lease_expires_ms=entry.lease_expires_ms,
+        )
 
     def _auto_split_ranges(self) -> bool:
         """AUTO_SPLIT hash ranges depend on the join/leave history, so the cursor keeps the layout."""

@@ -15,6 +15,7 @@ from typing import Any
 from broker_core.errors import InvalidConfiguration
 from broker_core.log.state_store import VersionedState
 from broker_core.storage import FileIO
+from broker_core.subscription import activity
 from broker_core.subscription.cursor import Cursor
 from broker_core.topic.waiters import Waiters
 
@@ -66,15 +67,31 @@ class CursorStore(Waiters):
         cursor = Cursor.from_json(doc)
         return version, None if cursor.deleted else cursor
 
+    def load_document(self) -> tuple[int, dict[str, Any] | None]:
+        """The newest cursor version as its raw document (with ``activity``; polls storage), for stats."""
+        version, doc = self.state.latest()
+        self._known = (time.monotonic(), version, doc)
+        if doc is None or doc.get("deleted"):
+            return version, None
+        return version, doc
+
     def update(self, fn: Callable[[Cursor | None], Cursor | None]) -> Cursor | None:
-        """Commit ``fn(latest)``; ``fn`` returns None for "no change". Re-run on a lost race."""
+        """Commit ``fn(latest)``; ``fn`` returns None for "no change". Re-run on a lost race.
+
+        Each version also carries the subscription's ``activity`` (rates and last-ack times for stats)."""
 
         def apply(doc: dict[str, object] | None) -> dict[str, object] | None:
             current = Cursor.from_json(doc) if doc is not None else None
             if current is not None and current.deleted:
                 current = None
+            before = activity.counts(current)  # before ``fn``, which may change ``current`` in place
             new = fn(current)
-            return None if new is None else new.to_json()
+            if new is None:
+                return None
+            out = new.to_json()
+            if not new.deleted:  # the subscription's recent activity, for stats (``activity``)
+                out[activity.ACTIVITY_KEY] = activity.stamp(doc, before, new, time.time_ns() // 1_000_000)
+            return out
 
         version, doc = self.state.update(apply)
         self._known = (time.monotonic(), version, doc)

@@ -88,6 +88,12 @@ class ViewPointer:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise LogCorrupted(f"{where} (version {version}) is malformed ({exc!r}); compact the topic again "
                                "or delete the pointer version", version=version) from exc
+        numbers = {"horizon": pointer.horizon, "rows": pointer.rows, "ledgerId": pointer.ledger_id,
+                   "previousHorizon": pointer.previous_horizon}
+        bad = {name: value for name, value in numbers.items() if not 0 <= value < 1 << 63}
+        if bad:
+            raise LogCorrupted(f"{where} (version {version}) has {bad}, outside 0..2**63-1: it was edited by hand; "
+                               "compact the topic again or delete the pointer version", version=version)
         if not _VIEW_FILE_RE.fullmatch(pointer.file):
             raise LogCorrupted(f"{where} (version {version}) names {pointer.file!r}, which is not a view file "
                                f"({COMPACTED_DIR}/<32 hex>.parquet): it was edited by hand", version=version)
@@ -265,7 +271,7 @@ def unreferenced_view_files(io: FileIO, topic_path: str) -> list[str]:
     for name in io.list_dir(state):
         if name.endswith(".json") and not name.startswith("."):
             data = io.read_bytes(f"{state}/{name}")
-            with contextlib.suppress(ValueError, TypeError, KeyError):
+            with contextlib.suppress(ValueError, TypeError, KeyError, RecursionError):
                 named.add(str(json.loads(data or b"")["file"]))
     files = (f"{COMPACTED_DIR}/{n}" for n in io.list_dir(f"{topic_path}/{COMPACTED_DIR}"))
     return sorted(f for f in files if _VIEW_FILE_RE.fullmatch(f) and f not in named)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from broker_core.config.settings import BrokerConfig
-from broker_core.errors import InvalidConfiguration, NamespaceNotFound
+from broker_core.errors import InvalidConfiguration, LogCorrupted, NamespaceNotFound
 from broker_core.log.state_store import VersionedState
 from broker_core.naming import NamespaceName, TopicName
 from broker_core.storage import FileIO
@@ -140,6 +140,17 @@ class PolicyStore:
             self.io, f"{base.tenant}/{base.namespace}/{base.domain.value}/_policies/{base.local_name}",
             validate=_check_record,
         )
+
+    def damaged_records(self, topic: TopicName) -> list[tuple[str, str]]:
+        """(file, what is wrong) for the topic's and its namespace's policy records whose newest version
+        is unreadable (``pubsub topics check``)."""
+        out = []
+        for state in (self._namespace_state(NamespaceName.parse(topic.namespace_name)), self._topic_state(topic)):
+            try:
+                state.latest()
+            except LogCorrupted as exc:
+                out.append((state.directory, str(exc)))
+        return out
 
     def namespace_policies(self, namespace: str | NamespaceName) -> Policies:
         ns = namespace if isinstance(namespace, NamespaceName) else NamespaceName.parse(namespace)

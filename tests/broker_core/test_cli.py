@@ -119,6 +119,13 @@ def test_every_level_answers_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert len(out.splitlines()) > 3, path
 
 
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import broker_core
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"pubsub {broker_core.__version__}\n"
+
+
 @pytest.mark.parametrize(
     ("args", "match"),
     [
@@ -690,3 +697,22 @@ def test_the_console_script_and_module_run(root: Path, cli: Any) -> None:
         timeout=120,
     )
     assert usage.returncode == 2 and "invalid choice" in usage.stderr and "Traceback" not in usage.stderr
+
+
+def test_a_topic_typo_names_the_close_existing_topics_and_never_suggests_creating_it(cli: Any, root: Path) -> None:
+    ok(cli, "topics", "create", "orders")
+    ok(cli, "topics", "create", "payments")
+    err = fails(cli, root, 1, "topics", "stats", "ordrs", match="does not exist")
+    assert "did you mean 'persistent://public/default/orders'?" in err and "topics create" not in err
+    err = fails(cli, root, 1, "subscriptions", "list", "ordrs", match="did you mean")
+    err = fails(cli, root, 1, "topics", "stats", "zzzz", match="does not exist")  # nothing close: how to look
+    assert "pubsub topics list public/default" in err
+
+
+def test_schemas_get_of_a_missing_topic_says_the_topic_does_not_exist(cli: Any, root: Path) -> None:
+    ok(cli, "topics", "create", "orders")
+    for extra in ((), ("--version", "1"), ("--all",)):
+        err = fails(cli, root, 1, "schemas", "get", "ordrs", *extra, match="topic persistent://public/default/ordrs "
+                    "does not exist")
+        assert "did you mean 'persistent://public/default/orders'?" in err
+    fails(cli, root, 1, "schemas", "get", "orders", match="has no schema")  # the topic exists: it has no schema

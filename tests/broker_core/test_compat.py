@@ -94,6 +94,25 @@ def test_result_codes_follow_the_class_tree() -> None:
     assert issubclass(ChecksumError, LogCorrupted)
 
 
+def test_result_codes_print_as_names_and_keep_their_numbers(tmp_path: Path) -> None:
+    """As the official client's: a callback that logs its result reads a name, not ``3`` (issue 28)."""
+    timeout = Result.Timeout
+    assert str(timeout) == f"{timeout}" == "Result.Timeout"
+    assert repr(timeout) == "<Result.Timeout: 3>"
+    assert int(timeout) == timeout.value == 3 and timeout == 3
+    assert f"{timeout:d}" == "3" and f"{timeout:03d}" == "003"  # a numeric format asks for the number
+    assert f"{timeout:>16}" == "  Result.Timeout"
+    logged: list[str] = []
+    client = Client(str(tmp_path / "root"), create_root=True)
+    try:
+        producer = client.create_producer("persistent://public/default/results")
+        producer.send_async(b"m", lambda result, _msg_id: logged.append(f"sent: {result}"))
+        producer.flush()
+    finally:
+        client.close()
+    assert logged == ["sent: Result.Ok"]
+
+
 def builtins_lookup_error() -> type:
     import builtins
 

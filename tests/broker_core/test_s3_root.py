@@ -4,6 +4,7 @@ storage_options, the CLI, and bad input (missing bucket, unreachable endpoint) a
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from broker_core.errors import BrokerPersistenceError, StorageAccessDenied, Stor
 from broker_core.storage import file_io_for
 
 sys.path.insert(0, __file__.rsplit("/tests/", 1)[0] + "/tests")
-from moto_s3 import BUCKET, SECRET_ACCESS_KEY, MotoS3, start_moto, stop_moto
+from moto_s3 import BUCKET, SECRET_ACCESS_KEY, MotoS3, refusing_metadata_service, start_moto, stop_moto
 
 
 def test_produce_consume_ack_on_s3(moto_s3: MotoS3) -> None:
@@ -113,7 +114,7 @@ def moto_with_iam() -> Iterator[tuple[MotoS3, dict[str, str], dict[str, str]]]:
     """A second emulator that enforces IAM: (server, admin options, read-only user options)."""
     import boto3
 
-    server = start_moto(unauthenticated_actions=4)
+    server = start_moto(unauthenticated_actions=5)
     try:
         admin = {"aws_endpoint": server.endpoint, "aws_region": "us-east-1", "aws_allow_http": "true",
                  "aws_access_key_id": "setup", "aws_secret_access_key": "setup-secret"}
@@ -125,7 +126,9 @@ def moto_with_iam() -> Iterator[tuple[MotoS3, dict[str, str], dict[str, str]]]:
         policy = {"Version": "2012-10-17",
                   "Statement": [{"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"], "Resource": "*"}]}
         iam.put_user_policy(UserName="reader", PolicyName="read-only", PolicyDocument=json.dumps(policy))
-        boto3.client("s3", **kw).create_bucket(Bucket="iam-bucket")  # the 4th and last unchecked request
+        boto3.client("s3", **kw).create_bucket(Bucket="iam-bucket")
+        # the 5th and last unchecked request: a root (its marker) the read-only user may open
+        boto3.client("s3", **kw).put_object(Bucket="iam-bucket", Key="ro-root/_pubsub/root.json", Body=b"{}\n")
         reader = {**admin, "aws_access_key_id": key["AccessKeyId"], "aws_secret_access_key": key["SecretAccessKey"]}
         yield server, admin, reader
     finally:
@@ -142,12 +145,13 @@ def test_wrong_credentials_are_refused_when_the_root_is_opened(moto_with_iam: An
 
 def test_a_read_only_user_gets_a_typed_error_and_nothing_is_written(moto_with_iam: Any) -> None:
     _, _, reader = moto_with_iam
-    url = f"s3://iam-bucket/{uuid.uuid4().hex[:8]}"
+    url = "s3://iam-bucket/ro-root"
     io = file_io_for(url, storage_options=reader)  # listing is allowed
+    before = io.list_dir("")
     with pytest.raises(StorageAccessDenied, match="denied") as info:
         Client(url, storage_options=reader).create_producer("t").send(b"x")
     assert url in str(info.value) and reader["aws_secret_access_key"] not in str(info.value)
-    assert io.list_dir("") == []  # nothing half-written
+    assert io.list_dir("") == before  # nothing half-written
 
 
 def test_a_storage_option_without_a_value_is_a_usage_error_that_does_not_echo_it(
@@ -158,3 +162,63 @@ def test_a_storage_option_without_a_value_is_a_usage_error_that_does_not_echo_it
                  "topics", "list", "public/default"])
     err = capsys.readouterr().err
     assert code == 2 and "KEY=VALUE" in err and "sekrit-token-value" not in err
+
+
+def test_a_typo_in_the_prefix_is_a_missing_root_not_a_new_empty_one(moto_s3: MotoS3,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from broker_core.cli import main
+    from broker_core.errors import RootNotFound
+
+    real = moto_s3.fresh_root()
+    Client(real, storage_options=moto_s3.storage_options).close()
+    typo = moto_s3.fresh_root(create=False)
+    with pytest.raises(RootNotFound, match="create_root=True") as info:
+        Client(typo, storage_options=moto_s3.storage_options)
+    assert typo in str(info.value) and SECRET_ACCESS_KEY not in str(info.value)
+    options = [f"--storage-option={k}={v}" for k, v in moto_s3.storage_options.items()]
+    assert main(["--root", typo, *options, "topics", "list", "public/default"]) != 0
+    err = capsys.readouterr().err
+    assert typo in err and "--create-root" in err
+    io = file_io_for(typo, storage_options=moto_s3.storage_options)
+    assert io.list_dir("") == []  # the refused opens wrote nothing
+    Client(typo, create_root=True, storage_options=moto_s3.storage_options).close()
+    assert io.read_bytes("_pubsub/root.json") is not None  # the root marker
+    Client(typo, storage_options=moto_s3.storage_options).close()  # now a root
+
+
+def test_a_root_created_before_the_marker_existed_still_opens(moto_s3: MotoS3) -> None:
+    """Roots written by an earlier version have ``_pubsub/`` files and topics but no marker."""
+    from broker_core.broker.root_check import open_root
+    from broker_core.storage import open_object_store, parse_root
+
+    url = moto_s3.fresh_root()
+    client = Client(url, storage_options=moto_s3.storage_options)
+    client.create_producer("t").send(b"x")
+    client.close()
+    file_io_for(url, storage_options=moto_s3.storage_options).delete("_pubsub/root.json")
+    older = open_object_store(parse_root(url, moto_s3.storage_options))  # uncached: asks the store again
+    open_root(older, url, create_root=False)
+    assert older.read_bytes("_pubsub/root.json") is None  # opening for use writes no marker
+
+
+def test_missing_credentials_are_named_as_such_not_as_a_metadata_403(moto_s3: MotoS3,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """No credentials anywhere: obstore asks the instance-metadata service (here a refusing stand-in
+    on 127.0.0.1), and the error says what is missing and where to set it."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    with refusing_metadata_service() as metadata:
+        options = {"aws_endpoint": moto_s3.endpoint, "aws_allow_http": "true", "aws_region": "us-east-1",
+                   "aws_metadata_endpoint": metadata, "pubsub_max_retries": "0"}
+        url = moto_s3.fresh_root(create=False)
+        with pytest.raises(StorageAccessDenied, match="no credentials are configured") as info:
+            Client(url, storage_options=options)
+        text = str(info.value)
+        assert url in text and "aws_access_key_id" in text and "AWS_ACCESS_KEY_ID" in text
+        # credentials from the environment, or unsigned access, count as configured
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONG")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret")
+        from broker_core.storage.urls import has_aws_credentials
+
+        assert has_aws_credentials({}) and has_aws_credentials({"aws_skip_signature": "true"})

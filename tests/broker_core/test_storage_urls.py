@@ -76,3 +76,24 @@ def test_bad_storage_options_are_typed_errors_that_hide_values() -> None:
     assert SECRET not in str(info.value)
     with pytest.raises(InvalidConfiguration, match="pubsub_nonsense"):
         obstore_arguments(parse_root("s3://b/p", {"pubsub_nonsense": "1"}))
+
+
+def test_a_plain_http_endpoint_without_allow_http_names_the_option_and_the_endpoint(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from broker_core import Client
+
+    for name in ("AWS_ALLOW_HTTP", "AWS_ENDPOINT", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    options = {"aws_endpoint": "http://admin:pw1234@127.0.0.1:9", "aws_region": "us-east-1",
+               "aws_access_key_id": "AKIAX", "aws_secret_access_key": SECRET}
+    with pytest.raises(InvalidConfiguration, match="aws_allow_http=true") as info:
+        Client("s3://bucket/p", storage_options=options)  # refused before any request
+    text = str(info.value)
+    assert "http://***@127.0.0.1:9" in text and "pw1234" not in text and SECRET not in text
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # the environment's endpoint too
+    with pytest.raises(InvalidConfiguration, match=r"AWS_ENDPOINT_URL.*AWS_ALLOW_HTTP=true"):
+        obstore_arguments(parse_root("s3://bucket/p", {"aws_region": "us-east-1"}))
+    for allowed in ({"aws_allow_http": "true"}, {"allow_http": "true"}):
+        obstore_arguments(parse_root("s3://bucket/p", {**options, **allowed}))
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    obstore_arguments(parse_root("s3://bucket/p", options))

@@ -24,7 +24,7 @@ from source_job import (
     start_continuous,
 )
 
-from broker_core import Client
+from broker_core import Admin, Client
 from broker_core.broker.broker import Broker
 from broker_core.clock import ManualClock
 from broker_core.log.actions import Remove
@@ -70,6 +70,7 @@ def remove_first_segments(root: str, topic: str, count: int) -> None:
 
 
 def test_stream_schema_is_the_source_schema(spark: Any, root: str) -> None:
+    Admin.open(root).create_topic("t")  # load() checks that the topic exists
     assert source(spark, root, topic="t").schema == SOURCE_SCHEMA
 
 

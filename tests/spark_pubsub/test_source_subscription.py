@@ -144,16 +144,20 @@ def test_key_shared_gives_each_key_to_one_query(spark: Any, root: str, tmp_path:
         Collector(("key", "value", "offset", "partition")),
     )
 
-    def run(collector: Collector, name: str) -> None:
-        run_available_now(
-            subscription(spark, root, "ks", "s", "Key_Shared", name), tmp_path / f"ck-{name}", collector
-        )
-
-    run(a, "a")  # both join before there is data, so the hash range is split between them
-    run(b, "b")
-    produce(root, "ks", names("m", 120), keys=lambda i: f"key-{i % 24}")
-    run(a, "a")
-    run(b, "b")
+    # both run together, so the hash range is split between them (a run that ends leaves the
+    # subscription: scheduled AvailableNow runs each drain it, tests/spark_pubsub/test_available_now_runs.py)
+    qa = start_continuous(subscription(spark, root, "ks", "s", "Key_Shared", "a"), tmp_path / "ck-a", a)
+    qb = start_continuous(subscription(spark, root, "ks", "s", "Key_Shared", "b"), tmp_path / "ck-b", b)
+    try:
+        qa.processAllAvailable()
+        qb.processAllAvailable()
+        produce(root, "ks", names("m", 120), keys=lambda i: f"key-{i % 24}")
+        qa.processAllAvailable()
+        qb.processAllAvailable()
+        qa.processAllAvailable()
+    finally:
+        qa.stop()
+        qb.stop()
     keys_a, keys_b = {r[0] for r in a.rows}, {r[0] for r in b.rows}
     assert keys_a and keys_b and keys_a.isdisjoint(keys_b)
     values = [r[1].decode() for r in a.rows + b.rows]

@@ -181,3 +181,47 @@ def test_a_refused_typed_writer_registers_nothing(root: str) -> None:
     with pytest.raises(Exception, match="checkpointLocation"):
         PubSubStreamWriter(options, schema, overwrite=False)  # a streaming write without a checkpoint
     assert Broker.for_url(root).schemas.registry("later").all_versions() == []
+
+
+class Inner(m.Record):
+    x = m.Integer(required=True)
+
+
+class Required(m.Record):
+    id = m.Long(required=True)
+    note = m.String()
+    inner = Inner()  # an optional record with a required field
+    items = m.Array(m.Long(), required_default=True)
+
+
+def test_required_avro_fields_are_not_nullable_and_the_batches_spark_gets_match(spark: SparkSession,
+                                                                                root: str) -> None:
+    from spark_pubsub.offsets import read_plan
+    from spark_pubsub.options import SourceOptions, parse_options
+    from spark_pubsub.scan_partition import read_scan_partition, with_typed
+
+    _produce(root, "req", (m.AvroSchema(Required), [Required(id=1, note="a", inner=Inner(x=7), items=[1]),
+                                                     Required(id=2)]))
+    df = _read(spark, root, topic="req")
+    value = df.schema["value"].dataType
+    assert isinstance(value, StructType)
+    assert [(f.name, f.nullable) for f in value.fields] == [("id", False), ("note", True), ("inner", True),
+                                                            ("items", True)]
+    inner = value["inner"].dataType
+    assert isinstance(inner, StructType) and not inner["x"].nullable
+    rows = df.orderBy("offset").select("value.id", "value.note", "value.inner.x").collect()
+    assert [tuple(r) for r in rows] == [(1, "a", 7), (2, None, None)]
+    assert df.where("value.id > 1").count() == 1
+    # the Arrow batches Spark receives carry the same nullability as the schema it was given
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    options = parse_options(SourceOptions, {"path": root, "topic": "req", "startingoffsets": "earliest"})
+    typed = read_plan(options)
+    assert typed is not None
+    expected = to_arrow_schema(typed.spark_schema(), timezone="UTC").field("value")
+    from spark_pubsub.batch_reader import PubSubBatchReader
+
+    reader = PubSubBatchReader(options)
+    (partition,) = [p for p in with_typed(reader.planner.plan(reader.start, reader.end), typed)]
+    batches = list(read_scan_partition(partition))  # type: ignore[arg-type]
+    assert batches and all(b.schema.field("value") == expected for b in batches)

@@ -1,0 +1,134 @@
+"""How long a metrics scrape of many topics takes, and how many storage requests it makes.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_metrics.py [--topics 10000] [--s3] [--baseline-topics N]
+
+It fills a root with N tiny topics (one message and one subscription each, written directly through the
+topic logs and cursor stores so the set-up takes seconds), then times, in one run:
+
+a. a cold scrape (a fresh exporter: lists the inventory, opens every log and cursor);
+b. warm scrapes (nothing changed: one poll of each log's and cursor's next version);
+c. the baseline: a loop calling ``broker.stats.topic_stats`` (what ``pubsub topics stats`` runs) per
+   topic, on its own fresh broker, for ``--baseline-topics`` topics (default all), scaled to N.
+
+With ``--s3`` the root is on the moto S3 emulator (started here) and requests are counted per type.
+This is a benchmark, not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_REPO = Path(__file__).resolve().parent.parent
+for extra in (_REPO, _REPO / "tests"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+import pyarrow as pa  # noqa: E402
+
+from broker_core.broker.admin import Admin  # noqa: E402
+from broker_core.broker.broker import Broker  # noqa: E402
+from broker_core.broker.root import resolve_root  # noqa: E402
+from broker_core.broker.stats import topic_stats  # noqa: E402
+from broker_core.config import BrokerConfig  # noqa: E402
+from broker_core.metrics.collector import PulsarCollector  # noqa: E402
+from broker_core.metrics.exporter import exposition  # noqa: E402
+from broker_core.metrics.sampling import Sampler  # noqa: E402
+from broker_core.naming import TopicName  # noqa: E402
+from broker_core.producer.bulk import to_segment_rows  # noqa: E402
+from broker_core.subscription.cursor import ConsumerType, new_cursor  # noqa: E402
+
+
+def fill(broker: Broker, n: int) -> list[TopicName]:
+    broker.admin.list_tenants()  # creates public/default
+    names = [TopicName.parse(f"persistent://public/default/t{i:05d}") for i in range(n)]
+    rows, _ = to_segment_rows(pa.table({"value": [b"x"]}), publish_time_ms=int(time.time() * 1000),
+                              max_message_size=1 << 20, default_producer="bench")
+    for name in names:
+        broker.topic_log(name).append(rows, layout=[1])
+        broker.cursor_store(name, "s").update(lambda _c: new_cursor("s", ConsumerType.Shared, 0))
+    return names
+
+
+def fresh_broker(url: str, options: dict[str, str]) -> Broker:
+    """A broker of its own (no handles shared with the one that filled the root)."""
+    root = resolve_root(url, BrokerConfig(fsync_enabled=False), storage_options=options)
+    return Broker(root.io, root.config, admin=Admin(root.io, root.config))
+
+
+def requests(broker: Broker) -> dict[str, int]:
+    io: Any = broker.io
+    return dict(getattr(io, "request_counts", {}))
+
+
+def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--topics", type=int, default=None, help="default 10,000 (1,000 with --s3)")
+    parser.add_argument("--s3", action="store_true", help="on the moto S3 emulator, counting requests")
+    parser.add_argument("--baseline-topics", type=int, default=None, help="topics the baseline loop covers")
+    parser.add_argument("--warm", type=int, default=3, help="warm scrapes")
+    args = parser.parse_args()
+    n = args.topics or (1_000 if args.s3 else 10_000)
+    moto = None
+    if args.s3:
+        from moto_s3 import start_moto
+
+        moto = start_moto()
+        os.environ.update(moto.environment)
+        url, options = moto.fresh_root(), moto.storage_options
+    else:
+        url, options = tempfile.mkdtemp(prefix="bench-metrics-"), {}
+    try:
+        started = time.perf_counter()
+        names = fill(fresh_broker(url, options), n)
+        print(f"{n:,} topics on {'S3 (moto)' if args.s3 else 'a local folder'}, filled in "
+              f"{time.perf_counter() - started:.1f} s; load average {os.getloadavg()[0]:.1f}")
+
+        broker = fresh_broker(url, options)
+        collector = PulsarCollector(Sampler(broker))
+        before = requests(broker)
+        started = time.perf_counter()
+        text = exposition(collector)
+        cold_s = time.perf_counter() - started
+        print(f"  cold scrape: {cold_s:6.2f} s  ({len(text) / 1e6:.1f} MB of exposition) "
+              f"requests {delta(requests(broker), before) or 'n/a (local)'}")
+        for i in range(args.warm):
+            before = requests(broker)
+            started = time.perf_counter()
+            exposition(collector)
+            warm_s = time.perf_counter() - started
+            got = delta(requests(broker), before)
+            per_topic = f", {sum(got.values()) / n:.2f} per topic" if got else ""
+            print(f"  warm scrape {i + 1}: {warm_s:6.2f} s  (storage part {collector.last_duration_s:.2f} s) "
+                  f"requests {got or 'n/a (local)'}{per_topic}")
+
+        m = min(n, args.baseline_topics or n)
+        baseline = fresh_broker(url, options)
+        before = requests(baseline)
+        started = time.perf_counter()
+        for name in names[:m]:
+            topic_stats(baseline, name)
+        base_s = time.perf_counter() - started
+        got = delta(requests(baseline), before)
+        print(f"  baseline, topic_stats per topic over {m:,} topics: {base_s:6.2f} s "
+              f"(scaled to {n:,}: {base_s * n / m:.2f} s) requests {got or 'n/a (local)'}")
+    finally:
+        if moto is not None:
+            from moto_s3 import stop_moto
+
+            stop_moto(moto)
+
+
+if __name__ == "__main__":
+    main()

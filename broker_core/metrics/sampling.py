@@ -1,0 +1,186 @@
+"""Per internal topic, the numbers the exporter publishes, re-read cheaply on every scrape.
+
+A scrape must stay cheap on an object store, where every request is billed: for a topic nothing
+happened to since the last scrape, it costs the poll of the next log version and of each
+subscription's next cursor version (one GET each that answers 404), and nothing else.  What changes
+only with a commit (sizes, backlogs, the oldest unacked message's publish time) is kept from the
+previous scrape and recomputed only when the log or that cursor moved; what changes with the clock
+(rates over the last minute, backlog ages) is recomputed from the kept state in memory
+(``docs/DECISIONS.md`` D162).
+
+The inventory (which tenants, namespaces, topics, partitions and subscriptions exist) costs a
+listing per namespace and a probe per topic, so it is refreshed every ``inventory_refresh_s``, not
+on every scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker_core.broker.broker import Broker
+from broker_core.broker.stats_fields import backlog_bytes, backlog_messages, first_unacked, in_rates, publish_time_ms
+from broker_core.errors import PulsarException, TopicNotFound
+from broker_core.log.snapshot import Snapshot
+from broker_core.naming import NamespaceName, TopicName
+from broker_core.subscription import activity
+from broker_core.subscription.cursor import Cursor
+from broker_core.subscription.cursor_store import list_subscriptions
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class SubscriptionSample:
+    """One subscription's numbers as of its cursor ``version`` and the log ``log_version``."""
+
+    version: int
+    log_version: int
+    backlog: int
+    unacked: int
+    backlog_bytes: int
+    earliest_ms: int  # publish time of the oldest unacked message, 0 when the backlog is empty
+    first_unacked: int
+    doc: dict[str, Any]
+
+    def rates(self, now_ms: int) -> activity.Activity:
+        return activity.read(self.doc, now_ms)
+
+
+@dataclass(slots=True)
+class TopicSample:
+    """One internal topic's numbers at one scrape."""
+
+    topic: TopicName
+    snapshot: Snapshot
+    storage_bytes: int
+    subscriptions: dict[str, SubscriptionSample] = field(default_factory=dict)
+
+    @property
+    def namespace(self) -> str:
+        return self.topic.namespace_name
+
+
+@dataclass(slots=True)
+class _Known:
+    subscriptions: list[str]
+    listed_s: float
+    samples: dict[str, SubscriptionSample] = field(default_factory=dict)
+
+
+class Sampler:
+    """Keeps what the previous scrape learned about each internal topic (see the module docstring).
+
+    Args:
+        broker: the root's broker (its shared log and cursor handles are reused between scrapes).
+        namespaces: only these (``tenant/namespace``); None: every namespace of every tenant.
+        inventory_refresh_s: how old the list of topics and subscriptions may get.
+    """
+
+    def __init__(self, broker: Broker, *, namespaces: list[str] | None = None,
+                 inventory_refresh_s: float = 60.0) -> None:
+        self.broker = broker
+        self.namespaces = None if namespaces is None else [str(NamespaceName.parse(n)) for n in namespaces]
+        self.inventory_refresh_s = inventory_refresh_s
+        self._topics: list[TopicName] = []
+        self._listed_s: float | None = None
+        self._known: dict[TopicName, _Known] = {}
+
+    def topics(self) -> list[TopicName]:
+        """The persistent internal topics to sample (re-listed every ``inventory_refresh_s``)."""
+        now = time.monotonic()
+        if self._listed_s is None or now - self._listed_s >= self.inventory_refresh_s:
+            self._topics = self._list_topics()
+            self._listed_s = now
+            self._known = {t: k for t, k in self._known.items() if t in set(self._topics)}
+        return self._topics
+
+    def _list_topics(self) -> list[TopicName]:
+        admin = self.broker.admin
+        namespaces = self.namespaces
+        if namespaces is None:
+            namespaces = [ns for tenant in admin.list_tenants() for ns in admin.list_namespaces(tenant)]
+        out: list[TopicName] = []
+        for ns in namespaces:
+            for name in admin.list_topics(ns):
+                topic = TopicName.parse(name)
+                if topic.is_persistent:
+                    out.extend(self.broker.partitions(topic, auto_create=False))
+        return out
+
+    def sample_all(self, now_ms: int) -> list[TopicSample]:
+        """Every topic's sample; a topic that cannot be read now is logged and left out of this scrape."""
+        out = []
+        for topic in self.topics():
+            try:
+                sample = self.sample(topic, now_ms)
+            except TopicNotFound:  # deleted since the inventory, or a partition nobody wrote yet
+                continue
+            except PulsarException as exc:
+                _LOG.warning("metrics: skipping %s this scrape: %s", topic, exc)
+                continue
+            if sample is not None:
+                out.append(sample)
+        return out
+
+    def sample(self, topic: TopicName, now_ms: int) -> TopicSample | None:
+        """One internal topic's numbers; None when it has no log yet."""
+        log = self.broker.topic_log(topic, create=False)
+        if not log.exists():
+            return None
+        snap = log.snapshot()
+        if snap.deleted:
+            return None
+        known = self._known.get(topic)
+        now_s = time.monotonic()
+        if known is None or now_s - known.listed_s >= self.inventory_refresh_s:
+            path = "/".join(topic.relative_path())
+            subs = list_subscriptions(self.broker.io, path)
+            known = _Known(subs, now_s, {} if known is None else known.samples)
+            self._known[topic] = known
+        out = TopicSample(topic, snap, sum(s.size_bytes for s in snap.segments))
+        for sub in known.subscriptions:
+            sample = self._subscription(topic, sub, snap, known.samples.get(sub))
+            if sample is None:
+                known.samples.pop(sub, None)
+            else:
+                known.samples[sub] = out.subscriptions[sub] = sample
+        return out
+
+    def _subscription(self, topic: TopicName, sub: str, snap: Snapshot,
+                      before: SubscriptionSample | None) -> SubscriptionSample | None:
+        version, doc = self.broker.cursor_store(topic, sub).load_document()
+        if doc is None:
+            return None
+        if before is not None and before.version == version and before.log_version == snap.version:
+            return before
+        cursor = Cursor.from_json(doc)
+        backlog = backlog_messages(snap, cursor)
+        first = first_unacked(snap, cursor)
+        if not backlog:
+            earliest = 0
+        elif before is not None and before.first_unacked == first and before.earliest_ms:
+            earliest = before.earliest_ms  # the same oldest message: no read
+        else:
+            earliest = publish_time_ms(self.broker.topic_log(topic, create=False), snap, first) or 0
+        return SubscriptionSample(
+            version=version,
+            log_version=snap.version,
+            backlog=backlog,
+            unacked=sum(rs.count() for rs in cursor.claims.values()),
+            backlog_bytes=backlog_bytes(snap, first, backlog),
+            earliest_ms=earliest,
+            first_unacked=first,
+            doc=doc,
+        )
+
+
+def topic_in_rates(sample: TopicSample, now_ms: int) -> tuple[float, float]:
+    """(messages/s, bytes/s) published in the last minute."""
+    rates = in_rates(sample.snapshot, now_ms)
+    return rates.msg_rate_in, rates.msg_throughput_in
+
+
+__all__ = ["Sampler", "SubscriptionSample", "TopicSample", "topic_in_rates"]
