@@ -29,7 +29,7 @@ def resolve_config(io: FileIO, config: BrokerConfig | str | os.PathLike[str] | N
     if config is not None:
         return load_broker_config(config)
     if io.is_local:
-        if io.exists(BROKER_CONF_PATH):
+        if io.stat(BROKER_CONF_PATH) is not None:  # refuses a link (``SymlinkRefused``)
             return load_broker_config(io.abs_path(BROKER_CONF_PATH))
         return BrokerConfig()
     data = io.read_bytes(BROKER_CONF_PATH)  # on an object store: one GET, parsed in memory

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from broker_core.errors import RootNotFound
 from broker_core.storage import FileIO
+from broker_core.storage.urls import mask_userinfo
 
 
 def open_root(io: FileIO, service_url: str, *, create_root: bool) -> None:
@@ -28,22 +29,23 @@ def open_root(io: FileIO, service_url: str, *, create_root: bool) -> None:
         io.make_root()
         return
     where = io.root_uri
-    shown = service_url if service_url == where else f"{service_url!r} ({where})"
+    url = mask_userinfo(service_url)  # never echo a URL's user info
+    shown = url if service_url == where else f"{url!r} ({where})"
     if status == "missing" and not io.is_local:
         raise RootNotFound(
             f"storage root {shown} does not exist: nothing is stored under that prefix (no root marker "
             "_pubsub/root.json, no topics); check the bucket and prefix for a typo, or create the root "
             "explicitly (Client(..., create_root=True), pubsub --create-root, or the Spark sink's createRoot option)",
-            root=service_url,
+            root=url,
         )
     if status == "missing":
         raise RootNotFound(
             f"storage root {shown} does not exist; check the path for a typo, or create it explicitly "
             "(mkdir, Client(..., create_root=True), pubsub --create-root, or the Spark sink's "
             "createRoot option)",
-            root=service_url,
+            root=url,
         )
-    raise RootNotFound(f"storage root {shown} is {status}; point at a folder", root=service_url)
+    raise RootNotFound(f"storage root {shown} is {status}; point at a folder", root=url)
 
 
 __all__ = ["open_root"]

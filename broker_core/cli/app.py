@@ -16,6 +16,7 @@ from broker_core.cli import metrics, reconcile, schemas, subscriptions, tenancy,
 from broker_core.cli.common import ROOT_ENV, CliParser, Context, UsageError, common_options, dump
 from broker_core.cli.progress import terminal_progress
 from broker_core.errors import InvalidConfiguration, InvalidTopicName, InvalidUrl, PulsarException
+from broker_core.storage.urls import mask_userinfo
 from broker_core.version import package_version
 
 PROG = "pubsub"
@@ -66,7 +67,7 @@ def build_parser() -> CliParser:
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"storage error: {exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return mask_userinfo(" ".join(str(exc).split())) or type(exc).__name__  # never a URL's secret
 
 
 def _exit_code(exc: BaseException) -> int:

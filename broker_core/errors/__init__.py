@@ -88,6 +88,7 @@ from broker_core.errors.persistence import (
     SegmentCorrupted,
     StorageAccessDenied,
     StorageUnavailable,
+    SymlinkRefused,
     UnsafeStore,
 )
 from broker_core.errors.result import (
@@ -152,6 +153,7 @@ __all__ = [
     "StorageAccessDenied",
     "StorageUnavailable",
     "SubscriptionNotFound",
+    "SymlinkRefused",
     "TenantNotFound",
     "Timeout",
     "TooManyLookupRequestException",

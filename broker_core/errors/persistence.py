@@ -61,6 +61,16 @@ class PathOutsideRoot(BrokerPersistenceError):
     """
 
 
+class SymlinkRefused(PathOutsideRoot):
+    """A local root holds a symbolic link where the library reads, writes, lists or deletes.
+
+    Links below a local root's folder are never followed (``docs/PROTOCOL.md``, "Symbolic links"):
+    a link may lead anywhere, so it counts as outside the root.  Whoever can write into the root
+    could otherwise make the library read, overwrite or delete files elsewhere with the rights of
+    the process.  ``path`` names the refused path (relative to the root).
+    """
+
+
 class DataLoss(BrokerPersistenceError):
     """Messages a caller asked for were removed (retention) before they were read."""
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from broker_core.broker.broker import Broker
 from broker_core.broker.tenancy import topic_dir
-from broker_core.errors import BrokerPersistenceError, LogCorrupted, SegmentCorrupted
+from broker_core.errors import BrokerPersistenceError, LogCorrupted, SegmentCorrupted, SymlinkRefused
 from broker_core.jobs.progress import JobSummary, check_flag, existing_log, resolve_targets, run_each
 from broker_core.log.actions import Action, Remove, decode_actions
 from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, checkpoint_path, read_checkpoint, write_checkpoint
@@ -147,6 +147,8 @@ def _check(broker: Broker, topic: TopicName, *, execute: bool) -> CheckResult:
                 findings.append(Finding("segment", f"{path}/{seg.path}", str(exc),
                                         f"set aside to {path}/{DAMAGED_DIR}/ with a data-loss record of offsets "
                                         f"{seg.base_offset}..{seg.end_offset - 1}"))
+            except SymlinkRefused as exc:  # never set aside: that would copy what the link points at
+                findings.append(Finding("segment", f"{path}/{seg.path}", str(exc), ""))
     cursors = _check_cursors(io, path, findings)
     findings += check_records(broker, topic, snap)
     try:  # the producer registry has no safe fallback (leases decide exclusivity): report only

@@ -13,7 +13,6 @@ from __future__ import annotations
 import enum
 import functools
 import json
-import os
 import re
 import uuid
 from typing import TYPE_CHECKING
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker_core.errors import BrokerPersistenceError, SegmentCorrupted
+from broker_core.errors import BrokerPersistenceError, ReadError, SegmentCorrupted
 from broker_core.log.segment_footer import has_schema, schema_prefix
 from broker_core.storage import FileIO
 
@@ -342,24 +341,21 @@ def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef, *, narrow
 
 
 def _open(io: FileIO, path: str, seg: SegmentRef) -> tuple[pa.NativeFile, bytes | None]:
-    """A small local segment is read into memory with one ``pread`` of the size its ``add`` records:
+    """A small local segment is read into memory (``read_bytes``, which follows no link):
     ``open_input``'s memory map costs a ``stat``, an ``mmap`` and an ``munmap`` per file, more than
     the whole file's bytes are worth, and decoding from a file handle issues a read per column and a
     ``stat`` (``pa.OSFile``'s directory check) besides: one read of the known size took ~10% off a
-    tiny segment's decode (D94).  A file of another size than recorded is decoded from the file as
-    it is, so that what such a file holds (and the error about it) does not depend on this.  Returns
-    the file to decode and, when they were read into memory, its bytes."""
+    tiny segment's decode (D94).  A file of another size than recorded is decoded as it is, so that
+    what such a file holds (and the error about it) does not depend on this.  Returns the file to
+    decode and, when they are the size its ``add`` records, its bytes."""
     if seg.size_bytes < SMALL_SEGMENT_BYTES and io.is_local:
-        full = io.abs_path(path)
         try:
-            fd = os.open(full, os.O_RDONLY)
-        except FileNotFoundError as exc:
-            raise BrokerPersistenceError(f"segment file {path!r} is missing", path=path) from exc
-        try:
-            data = os.pread(fd, seg.size_bytes + 1, 0)  # one byte more tells a longer file
-        finally:
-            os.close(fd)
-        return (pa.BufferReader(data), data) if len(data) == seg.size_bytes else (pa.OSFile(full), None)
+            data = io.read_bytes(path)  # no link followed (``SymlinkRefused``, docs/PROTOCOL.md)
+        except ReadError as exc:  # a directory in its place, an I/O error: as a decode failure
+            raise _damaged(path, seg, f"is unreadable ({exc})") from exc
+        if data is None:
+            raise BrokerPersistenceError(f"segment file {path!r} is missing", path=path)
+        return pa.BufferReader(data), (data if len(data) == seg.size_bytes else None)
     return io.open_input(path), None
 
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import mmap
 import os
 import re
-import shutil
+import stat as stat_module
 import uuid
 
 import pyarrow as pa
@@ -35,6 +36,7 @@ from broker_core.errors import (
     PathOutsideRoot,
     ReadError,
 )
+from broker_core.storage import nofollow
 from broker_core.storage.protocol import TRASH_DIR, FileStatus
 
 # names separated by single slashes, none starting with a dot: ``normpath`` would leave it unchanged
@@ -47,7 +49,8 @@ def contained_path(root: str, path: str) -> str:
     Every ``LocalFileIO`` operation goes through this, a second line of defence behind the decoders
     that accept only the path forms the protocol allows: a ``..`` part, an absolute path or a drive
     letter that leaves the root raises ``PathOutsideRoot`` before anything is read or written.
-    The check is lexical (no system call); ``delete`` additionally resolves symbolic links.
+    The check is lexical (no system call); the operations then walk the path without following
+    links (``nofollow``), so a link inside the root cannot lead outside it either.
     (Object-store keys get the same check from ``protocol.check_key``.)
     """
     if _PLAIN_RELATIVE.fullmatch(path) and os.sep == "/":  # a segment's or a commit's path, as usual:
@@ -74,6 +77,9 @@ class LocalFileIO:
         self._root = os.path.abspath(root)
         self._fsync = fsync
         self._fs = pafs.LocalFileSystem()
+        # the root's path with the links above it resolved once (they are the user's choice), for
+        # ``_open_file``'s check through ``/proc/self/fd``; None where there is no such directory
+        self._real_root = os.path.realpath(self._root) if os.path.isdir("/proc/self/fd") else None
         # the root is neither created nor required here: ``root_check.open_root`` decides (a missing
         # root is an error unless the caller asked to create it)
         if os.path.isdir(self._root) and not os.access(self._root, os.R_OK | os.X_OK):
@@ -124,126 +130,186 @@ class LocalFileIO:
     def abs_path(self, path: str) -> str:
         return contained_path(self._root, path)
 
+    def _split(self, path: str) -> tuple[list[str], str]:
+        """``path`` (checked by ``contained_path``) as its directory's components and its name."""
+        relative = os.path.relpath(contained_path(self._root, path), self._root)
+        parts = [] if relative == os.curdir else relative.split(os.sep)
+        if not parts:
+            raise PathOutsideRoot(f"refusing {path!r}: it names the storage root {self._root!r} itself", path=path)
+        return parts[:-1], parts[-1]
+
+    def _dir(self, path: str, parts: list[str]) -> nofollow.OpenDir:
+        fast = self._fast_dir(parts)
+        return nofollow.OpenDir(fast) if fast is not None else nofollow.dir_fd_of(self._root, parts, path=path)
+
+    def _fast_dir(self, parts: list[str]) -> int | None:
+        if self._real_root is None or not parts:
+            return None
+        return nofollow.open_checked(self._root, self._real_root, "/".join(parts), nofollow.DIR_FLAGS)
+
+    def _open_file(self, path: str) -> int:
+        """A read-only descriptor of ``path``, no link followed (``FileNotFoundError`` if missing).
+
+        The hot path (every segment and commit read) opens the whole path with ``O_NOFOLLOW`` and
+        asks the kernel where the file it opened lies (``/proc/self/fd``): if that is the lexical
+        path below the root's resolved path, no directory on the way was a link.  Otherwise (a link,
+        a root moved since, no ``/proc``) the component walk decides; it costs an ``open`` per level.
+        """
+        full = contained_path(self._root, path)
+        if self._real_root is not None:
+            fd = nofollow.open_checked(self._root, self._real_root, full[len(self._root):].lstrip("/"),
+                                       os.O_RDONLY | nofollow.NOFOLLOW)
+            if fd is not None:
+                return fd
+        parts, name = self._split(path)
+        with self._dir(path, parts) as dir_fd:
+            try:
+                return os.open(name, os.O_RDONLY | nofollow.NOFOLLOW, dir_fd=dir_fd)
+            except OSError as exc:
+                if nofollow.is_link(exc, name, dir_fd):
+                    raise nofollow.refused(self._root, path) from None
+                raise
+
     def read_bytes(self, path: str) -> bytes | None:
         try:
-            with open(self.abs_path(path), "rb") as handle:
-                return handle.read()
+            fd = self._open_file(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise self._error("read", path, exc) from exc
+        try:  # one ``fstat`` and one read of the size it tells (a 1 MiB read buffer costs more)
+            size = os.fstat(fd).st_size
+            data = os.read(fd, size + 1)
+            if len(data) <= size:
+                return data
+            chunks = [data]  # the file grew since the ``fstat``: read on
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        except OSError as exc:
+            raise self._error("read", path, exc) from exc
+        finally:
+            os.close(fd)
+
+    def _lstat(self, path: str) -> os.stat_result | None:
+        parts, name = self._split(path)
+        try:
+            with self._dir(path, parts) as dir_fd:
+                return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
 
     def exists(self, path: str) -> bool:
-        return os.path.exists(self.abs_path(path))
+        """Whether ``path`` exists (a link counts: it is there, and reading it is refused)."""
+        return self._lstat(path) is not None
 
     def stat(self, path: str) -> FileStatus | None:
-        try:
-            st = os.stat(self.abs_path(path))
-        except FileNotFoundError:
+        st = self._lstat(path)
+        if st is None:
             return None
+        if stat_module.S_ISLNK(st.st_mode):
+            raise nofollow.refused(self._root, path)
         return FileStatus(path=path, size_bytes=st.st_size, mtime_ms=st.st_mtime_ns // 1_000_000)
 
     def put_if_absent(self, path: str, data: bytes, *, anchor: str | None = None) -> bool:
-        final = self.abs_path(path)
-        directory = self._parent(path, final, anchor)
-        tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
-        try:
-            self._write_file(tmp, data)
+        directory, name = os.path.split(self.abs_path(path))
+        tmp = f".{name}.{uuid.uuid4().hex}.tmp"
+        with self._parent(path, anchor) as dir_fd:
             try:
-                os.link(tmp, final)
-            except FileExistsError:
-                return False
-            if self._fsync:
+                self._write_file(dir_fd, tmp, data)
                 try:
-                    self._fsync_dir(directory)
-                except FileNotFoundError:
-                    raise  # renamed away since the link: the topic was deleted (below), as before D100
-                except OSError as exc:  # linked, so readers may see it: its segments must stay
-                    raise CommitNotDurable(
-                        f"{path!r} under {self._root} is visible but its directory fsync failed ({exc}); "
-                        "the commit's outcome is unknown: check the storage, then resend (duplicates "
-                        "are dropped by sequence id)",
-                        path=path,
-                    ) from exc
-            return True
-        except FileNotFoundError as exc:  # the directory was removed (renamed away) meanwhile
-            raise self._gone(path, anchor) from exc
-        except OSError as exc:
-            raise self._error("commit", path, exc) from exc
-        finally:
-            # never masks the typed error above: on a read-only mount ``unlink`` of a temp file that
-            # was never created fails with EROFS, not ENOENT; a temp file left behind is a leftover
-            # (``jobs.leftovers``), never read
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                    os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+                except FileExistsError:
+                    return False
+                if self._fsync:
+                    try:
+                        self._fsync_dir(directory)
+                    except FileNotFoundError:  # renamed away since the walk: the topic was deleted (below)
+                        self._unlink_quietly(dir_fd, name)  # from the trash: it was never visible
+                        raise
+                    except OSError as exc:  # linked, so readers may see it: its segments must stay
+                        raise CommitNotDurable(
+                            f"{path!r} under {self._root} is visible but its directory fsync failed ({exc}); "
+                            "the commit's outcome is unknown: check the storage, then resend (duplicates "
+                            "are dropped by sequence id)",
+                            path=path,
+                        ) from exc
+                return True
+            except FileNotFoundError as exc:  # the directory was removed (renamed away) meanwhile
+                raise self._gone(path, anchor) from exc
+            except OSError as exc:
+                raise self._error("commit", path, exc) from exc
+            finally:
+                # never masks the typed error above: on a read-only mount ``unlink`` of a temp file that
+                # was never created fails with EROFS, not ENOENT; a temp file left behind is a leftover
+                # (``jobs.leftovers``), never read
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dir_fd)
 
     def write_new(self, path: str, data: bytes | memoryview | pa.Buffer, *, anchor: str | None = None,
                   checked_by_commit: bool = False) -> None:
         """``checked_by_commit`` changes nothing here: a missing anchor fails the write itself."""
-        final = self.abs_path(path)
-        directory = self._parent(path, final, anchor)
-        try:
-            fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError as exc:
-            raise BrokerPersistenceError(
-                f"refusing to overwrite existing file {path!r}; segment names must be unique", path=path
-            ) from exc
-        except FileNotFoundError as exc:
-            raise self._gone(path, anchor) from exc
-        except OSError as exc:  # a read-only root, a full disk, permissions
-            raise self._error("write", path, exc) from exc
-        try:
-            self._write_all(fd, data)
-        except OSError as exc:  # a full disk mid-way: the part written would stay, unnamed, until a
-            os.close(fd)  # leftovers job, taking the space a retry needs; nothing references it yet
-            with contextlib.suppress(OSError):
-                os.unlink(final)
-            raise self._error("write", path, exc) from exc
-        os.close(fd)
-        if self._fsync:  # the directory entry must survive a power loss as well as the bytes
-            try:
-                self._fsync_dir(directory)
-            except FileNotFoundError as exc:  # written, but into a directory renamed away since
+        directory, name = os.path.split(self.abs_path(path))
+        with self._parent(path, anchor) as dir_fd:
+            try:  # O_EXCL: an existing name, a link too, is never written through
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | nofollow.NOFOLLOW, 0o644, dir_fd=dir_fd)
+            except FileExistsError as exc:
+                raise BrokerPersistenceError(
+                    f"refusing to overwrite existing file {path!r}; segment names must be unique", path=path
+                ) from exc
+            except FileNotFoundError as exc:
                 raise self._gone(path, anchor) from exc
-            except OSError as exc:
+            except OSError as exc:  # a read-only root, a full disk, permissions
                 raise self._error("write", path, exc) from exc
+            try:
+                self._write_all(fd, data)
+            except OSError as exc:  # a full disk mid-way: the part written would stay, unnamed, until a
+                os.close(fd)  # leftovers job, taking the space a retry needs; nothing references it yet
+                self._unlink_quietly(dir_fd, name)
+                raise self._error("write", path, exc) from exc
+            os.close(fd)
+            if self._fsync:  # the directory entry must survive a power loss as well as the bytes
+                try:
+                    self._fsync_dir(directory)
+                except FileNotFoundError as exc:  # written, but into a directory renamed away since
+                    self._unlink_quietly(dir_fd, name)
+                    raise self._gone(path, anchor) from exc
+                except OSError as exc:
+                    raise self._error("write", path, exc) from exc
 
     def replace(self, path: str, data: bytes, *, anchor: str | None = None) -> None:
-        final = self.abs_path(path)
-        directory = self._parent(path, final, anchor)
-        tmp = os.path.join(directory, f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
-        try:
-            self._write_file(tmp, data)
-            os.replace(tmp, final)
-            if self._fsync:  # the rename itself must survive a power loss
-                self._fsync_dir(directory)
-        except OSError as exc:
-            with contextlib.suppress(OSError):  # EROFS on a read-only mount: must not mask ``exc``
-                os.unlink(tmp)
-            if isinstance(exc, FileNotFoundError):
-                raise self._gone(path, anchor) from exc
-            raise self._error("replace", path, exc) from exc
+        directory, name = os.path.split(self.abs_path(path))
+        tmp = f".{name}.{uuid.uuid4().hex}.tmp"
+        with self._parent(path, anchor) as dir_fd:
+            try:  # a rename replaces a link at ``name`` by the file; it never writes through it
+                self._write_file(dir_fd, tmp, data)
+                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                if self._fsync:  # the rename itself must survive a power loss
+                    self._fsync_dir(directory)
+            except OSError as exc:
+                with contextlib.suppress(OSError):  # EROFS on a read-only mount: must not mask ``exc``
+                    os.unlink(tmp, dir_fd=dir_fd)
+                if isinstance(exc, FileNotFoundError):
+                    self._unlink_quietly(dir_fd, name)  # renamed away (a deletion): nothing stays behind
+                    raise self._gone(path, anchor) from exc
+                raise self._error("replace", path, exc) from exc
 
     def list_dir(self, path: str) -> list[str]:
+        relative = os.path.relpath(contained_path(self._root, path), self._root)
+        parts = [] if relative == os.curdir else relative.split(os.sep)
         try:
-            return sorted(os.listdir(self.abs_path(path)))
-        except FileNotFoundError:
-            return []
-        except NotADirectoryError:
+            with self._dir(path, parts) as dir_fd:
+                return sorted(os.listdir(dir_fd))
+        except (FileNotFoundError, NotADirectoryError):
             return []
 
     def delete(self, path: str) -> bool:
-        full = self.abs_path(path)
-        # a symbolic link inside the root may point outside it: deletion resolves it before unlinking
-        real_parent = os.path.realpath(os.path.dirname(full))
-        real_root = os.path.realpath(self._root)
-        if real_parent != real_root and not real_parent.startswith(real_root.rstrip(os.sep) + os.sep):
-            raise PathOutsideRoot(
-                f"refusing to delete {path!r}: its directory resolves to {real_parent!r}, outside the "
-                f"storage root {real_root!r}", path=path,
-            )
+        """Unlink ``path``; a link is removed itself, never what it points at, and a link among its
+        directories is refused (``SymlinkRefused``)."""
+        parts, name = self._split(path)
         try:
-            os.unlink(full)
+            with self._dir(path, parts) as dir_fd:
+                os.unlink(name, dir_fd=dir_fd)
             return True
         except FileNotFoundError:
             return False
@@ -252,82 +318,80 @@ class LocalFileIO:
 
     def delete_tree(self, path: str) -> None:
         """One atomic rename into ``TRASH_DIR``, then removal from there: other processes see the
-        directory whole or gone, and a killed deletion leaves only trash (the next one clears it)."""
-        trash = self.abs_path(TRASH_DIR)
+        directory whole or gone, and a killed deletion leaves only trash (the next one clears it).
+        Nothing is followed: a link at ``path`` is moved to the trash and unlinked, a link at the
+        trash or above either refuses the deletion (``SymlinkRefused``)."""
+        parts, name = self._split(path)
+        trash_parts = TRASH_DIR.split("/")
         try:
-            for leftover in os.listdir(trash) if os.path.isdir(trash) else []:
-                shutil.rmtree(os.path.join(trash, leftover), ignore_errors=True)
-            if not os.path.lexists(self.abs_path(path)):
+            try:  # a linked trash (or ``_pubsub``) raises ``SymlinkRefused``: nothing is removed
+                with self._dir(TRASH_DIR, trash_parts) as trash:
+                    for leftover in os.listdir(trash):
+                        nofollow.remove_entry(trash, leftover)
+            except FileNotFoundError:
+                pass
+            if self._lstat(path) is None:
                 return
-            os.makedirs(trash, exist_ok=True)
-            target = os.path.join(trash, uuid.uuid4().hex)
-            os.rename(self.abs_path(path), target)
+            with nofollow.dir_fd_of(self._root, trash_parts, path=TRASH_DIR, create_from=0) as trash, \
+                    self._dir(path, parts) as parent:
+                target = uuid.uuid4().hex
+                os.rename(name, target, src_dir_fd=parent, dst_dir_fd=trash)
+                nofollow.remove_entry(trash, target)
         except FileNotFoundError:
             return  # another deletion got there first
         except OSError as exc:
             raise BrokerPersistenceError(f"cannot delete {path!r}: {exc.strerror or exc}", path=path) from exc
-        shutil.rmtree(target, ignore_errors=True)
 
     def open_input(self, path: str) -> pa.NativeFile:
+        """The file memory-mapped from a descriptor opened without following links."""
         try:
-            return pa.memory_map(self.abs_path(path), "r")
+            fd = self._open_file(path)
         except FileNotFoundError as exc:
             raise BrokerPersistenceError(
                 f"segment file {path!r} is missing under {self._root!r}; it was deleted outside the library",
                 path=path,
             ) from exc
+        try:
+            if os.fstat(fd).st_size == 0:
+                return pa.BufferReader(b"")
+            return pa.BufferReader(pa.py_buffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ)))
+        finally:
+            os.close(fd)
 
     # -- helpers -----------------------------------------------------------------------------------
 
-    def _parent(self, path: str, final: str, anchor: str | None) -> str:
-        """The directory of ``final``, created if missing: entirely without an anchor, else only below
-        the anchor, one plain ``mkdir`` per level.  ``mkdir`` fails when its parent is gone, so a
-        concurrent removal of the anchor is never undone here (``os.makedirs`` would re-create it).
-        With fsync on, each directory created is fsynced into its parent, so that a file committed
-        into a new directory cannot lose the path to it on a power loss."""
-        directory = os.path.dirname(final)
-        if os.path.isdir(directory):
-            return directory
-        created: list[str] = []
-        if anchor is None:
-            current = directory
-            while not os.path.isdir(current):
-                created.append(current)
-                parent = os.path.dirname(current)
-                if parent == current:
-                    break
-                current = parent
-            created.reverse()
+    def _parent(self, path: str, anchor: str | None) -> nofollow.OpenDir:
+        """A descriptor of the directory of ``path``, created if missing: entirely without an anchor,
+        else only below the anchor, one plain ``mkdir`` per level.  ``mkdir`` fails when its parent is
+        gone, so a concurrent removal of the anchor is never undone here (``os.makedirs`` would
+        re-create it).  With fsync on, each directory created is fsynced into its parent, so that a
+        file committed into a new directory cannot lose the path to it on a power loss.  No link is
+        followed on the way (``SymlinkRefused``)."""
+        parts, _ = self._split(path)
+        create_from = 0
+        if anchor is not None:
+            base = os.path.relpath(self.abs_path(anchor), self._root)
+            base_parts = [] if base == os.curdir else base.split(os.sep)
+            if parts == base_parts:
+                pass
+            elif parts[:len(base_parts)] != base_parts or len(parts) <= len(base_parts):
+                raise ValueError(f"{path!r} is not below its anchor {anchor!r}")
+            create_from = len(base_parts)
+        elif not os.path.isdir(self._root):  # as ``os.makedirs`` did before writes walked from the root
             try:
-                os.makedirs(directory, exist_ok=True)
+                os.makedirs(self._root, exist_ok=True)
             except OSError as exc:
                 raise self._error("create a directory for", path, exc) from exc
-        else:
-            base = self.abs_path(anchor)
-            relative = os.path.relpath(directory, base)
-            if relative == os.curdir:
-                raise self._gone(path, anchor)
-            if relative.split(os.sep)[0] == os.pardir:
-                raise ValueError(f"{path!r} is not below its anchor {anchor!r}")
-            current = base
-            for part in relative.split(os.sep):
-                current = os.path.join(current, part)
-                try:
-                    os.mkdir(current)
-                except FileExistsError:
-                    continue
-                except FileNotFoundError as exc:
-                    raise self._gone(path, anchor) from exc
-                except OSError as exc:
-                    raise self._error("create a directory for", path, exc) from exc
-                created.append(current)
-        if self._fsync:
-            for new_dir in created:
-                try:
-                    self._fsync_dir(os.path.dirname(new_dir))
-                except FileNotFoundError as exc:  # removed meanwhile: its topic was deleted
-                    raise self._gone(path, anchor) from exc
-        return directory
+        fast = self._fast_dir(parts)  # the directory exists already, as on every write but a topic's first
+        if fast is not None:
+            return nofollow.OpenDir(fast)
+        try:
+            return nofollow.dir_fd_of(self._root, parts, path=path, create_from=create_from,
+                                      fsync=self._fsync_dir if self._fsync else None)
+        except FileNotFoundError as exc:
+            raise self._gone(path, anchor) from exc
+        except OSError as exc:
+            raise self._error("create a directory for", path, exc) from exc
 
     def _gone(self, path: str, anchor: str | None) -> DirectoryGone:
         where = anchor if anchor is not None else os.path.dirname(path)
@@ -337,8 +401,8 @@ class LocalFileIO:
             path=path,
         )
 
-    def _write_file(self, target: str, data: bytes) -> None:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    def _write_file(self, dir_fd: int, name: str, data: bytes) -> None:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | nofollow.NOFOLLOW, 0o644, dir_fd=dir_fd)
         try:
             self._write_all(fd, data)
         finally:
@@ -353,7 +417,13 @@ class LocalFileIO:
             os.fsync(fd)
 
     @staticmethod
+    def _unlink_quietly(dir_fd: int, name: str) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+
+    @staticmethod
     def _fsync_dir(directory: str) -> None:
+        """fsync a directory by its path (a directory renamed away raises ``FileNotFoundError``)."""
         fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(fd)

@@ -9,8 +9,10 @@ so one dict serves ``Client``, ``deltalake.DeltaTable``, the CLI and Spark; the 
 environment variables fill in what the dict leaves out.  Keys starting with ``pubsub_`` are this
 library's own (``pubsub_single_writer``) and are not passed to the store.
 
-Secrets never appear in a message: ``redact`` masks them and ``scrub`` removes their values
-from any text (an obstore error) before it is shown.
+Secrets never appear in a message: ``redact`` masks them, ``scrub`` removes their values from any
+text (an obstore error) before it is shown, and ``mask_userinfo`` hides the user-info part of any
+URL in a text (``s3://KEY:SECRET@bucket`` becomes ``s3://***@bucket``), whatever the secret holds
+(``/``, ``:``, ``@``, ``%2F``): such a URL is refused, and the refusal must not echo it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ _SECRET_MARKERS = ("secret", "token", "password", "key", "sas", "credential", "s
 # object_store's HTTP client settings (the rest of the options configure the store itself)
 _CLIENT_KEYS = ("allow_http", "allow_invalid_certificates", "connect_timeout", "timeout", "proxy_url",
                 "user_agent", "pool_idle_timeout", "http1_only", "http2_only")
+# a URL's scheme and everything up to the last "@" of the same word: its user info, even when a
+# secret's "/" or "@" moved the "@" past where ``urlparse`` ends the host
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<info>[^\s'\"`<>()\[\]{}]*@)")
 # options and variables whose value obstore parses as a URL (it panics, a BaseException, on a malformed one)
 _URL_ENV = ("AWS_ENDPOINT", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT",
             "GOOGLE_BASE_URL")
@@ -66,15 +71,29 @@ def redact(options: Mapping[str, Any]) -> dict[str, Any]:
     return {key: ("***" if is_secret_key(key) else value) for key, value in options.items()}
 
 
+def mask_userinfo(text: str) -> str:
+    """``text`` with the user info of every URL in it replaced by ``***``.  An Azure container
+    (``abfss://container@account...``, no ``:`` or ``/`` before the ``@``) is a name, not a secret."""
+
+    def masked(match: re.Match[str]) -> str:
+        scheme, info = match.group("scheme"), match.group("info")
+        if scheme.lower() in ("abfs://", "abfss://") and info.count("@") == 1 and not re.search(r"[:/%]", info):
+            return match.group(0)
+        return f"{scheme}***@"
+
+    return _USERINFO.sub(masked, text) if "@" in text else text
+
+
 def scrub(text: str, options: Mapping[str, Any]) -> str:
-    """``text`` with every secret value of ``options`` (and of the ``AWS_*`` environment) masked."""
+    """``text`` with every secret value of ``options`` (and of the ``AWS_*`` environment) and the
+    user info of every URL (``mask_userinfo``) masked."""
     values = [str(v) for k, v in options.items() if is_secret_key(k) and v]
     values += [v for k, v in os.environ.items()
                if k.startswith(("AWS_", "AZURE_", "GOOGLE_")) and is_secret_key(k) and v]
     for value in sorted(set(values), key=len, reverse=True):
         if len(value) >= 4:
             text = text.replace(value, "***")
-    return text
+    return mask_userinfo(text)
 
 
 _AWS_CREDENTIAL_KEYS = ("access_key_id", "secret_access_key", "session_token", "token", "skip_signature",
@@ -122,17 +141,19 @@ def parse_root(service_url: str, storage_options: Mapping[str, Any] | None = Non
     """
     if not isinstance(service_url, str) or not service_url.strip():
         raise InvalidUrl(
-            f"service_url must be a non-empty string naming a storage root, got {service_url!r}; "
+            f"service_url must be a non-empty string naming a storage root, got "
+            f"{mask_userinfo(repr(service_url)) if isinstance(service_url, str) else type(service_url).__name__}; "
             "pass a folder path, a file:// URL or an object-store URL such as s3://bucket/prefix"
         )
+    shown = mask_userinfo(service_url)  # every message below shows this, never the URL itself
     if service_url != service_url.strip():
-        raise InvalidUrl(f"service_url {service_url!r} has leading or trailing whitespace; remove it")
+        raise InvalidUrl(f"service_url {shown!r} has leading or trailing whitespace; remove it")
     options = normalise_options(storage_options)
     parsed = urlparse(service_url)
     scheme = parsed.scheme.lower()
     if scheme == "file":
         if parsed.netloc not in ("", "localhost"):
-            raise InvalidUrl(f"file URL {service_url!r} names host {parsed.netloc!r}; use file:///absolute/path")
+            raise InvalidUrl(f"file URL {shown!r} names host {parsed.netloc!r}; use file:///absolute/path")
         path = unquote(parsed.path)
         return RootSpec(url="file://" + os.path.abspath(path), scheme="file", local_path=path, storage_options=options)
     if scheme == "" or (len(scheme) == 1 and os.name == "nt"):
@@ -140,35 +161,32 @@ def parse_root(service_url: str, storage_options: Mapping[str, Any] | None = Non
                         storage_options=options)
     if scheme in _PULSAR_SCHEMES:
         raise InvalidUrl(
-            f"service_url {service_url!r} names a Pulsar broker, but spark-pubsub has no broker: "
+            f"service_url {shown!r} names a Pulsar broker, but spark-pubsub has no broker: "
             "pass the storage root instead (a folder path, file:///path or s3://bucket/prefix)"
         )
     if scheme not in OBJECT_STORE_SCHEMES:
         raise InvalidUrl(
-            f"service_url {_without_userinfo(service_url)!r} uses the unsupported scheme {scheme!r}; pass a folder "
+            f"service_url {shown!r} uses the unsupported scheme {scheme!r}; pass a folder "
             f"path, a file:// URL or one of {', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)}"
         )
-    if parsed.password is not None or (parsed.username is not None and scheme not in ("abfs", "abfss")):
+    # a secret holding "/" ends the host early (``s3://KEY:SE/CRET@bucket``): a ":" left in the host
+    # (or a port, which no object-store URL names) and an "@" in the prefix are refused alike (D122)
+    if (parsed.password is not None or (parsed.username is not None and scheme not in ("abfs", "abfss"))
+            or ":" in parsed.netloc or "@" in parsed.path):
         raise InvalidUrl(
-            f"service_url {_without_userinfo(service_url)!r} carries credentials; pass them in storage_options "
-            "(aws_access_key_id / aws_secret_access_key, ...) or the environment, never in the URL"
+            f"service_url {shown!r} carries credentials (or a port); pass them in storage_options "
+            "(aws_access_key_id / aws_secret_access_key, ...) or the environment, never in the URL, "
+            "and an endpoint as aws_endpoint"
         )
     if parsed.query or parsed.fragment:
-        raise InvalidUrl(f"service_url {_without_userinfo(service_url)!r} has a query or fragment; remove it")
+        raise InvalidUrl(f"service_url {shown!r} has a query or fragment; remove it")
     if not parsed.netloc:
-        raise InvalidUrl(f"service_url {service_url!r} names no bucket or container; use {scheme}://bucket/prefix")
+        raise InvalidUrl(f"service_url {shown!r} names no bucket or container; use {scheme}://bucket/prefix")
     prefix = parsed.path.strip("/")
     if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
-        raise InvalidUrl(f"service_url {service_url!r} has an empty, '.' or '..' segment in its prefix; remove it")
+        raise InvalidUrl(f"service_url {shown!r} has an empty, '.' or '..' segment in its prefix; remove it")
     url = f"{scheme}://{parsed.netloc}" + (f"/{prefix}" if prefix else "")
     return RootSpec(url=url, scheme=scheme, storage_options=options)
-
-
-def _without_userinfo(url: str) -> str:
-    parsed = urlparse(url)
-    if parsed.username is None and parsed.password is None:
-        return url
-    return parsed._replace(netloc="***@" + (parsed.hostname or "")).geturl()
 
 
 def _is_url_option(key: str) -> bool:
@@ -177,7 +195,7 @@ def _is_url_option(key: str) -> bool:
 
 def _shown_url(value: str) -> str:
     """``value`` without userinfo (``user:password@``), which may hold a credential."""
-    return re.sub(r"(//)[^/?#]*@", r"\1***@", value)
+    return mask_userinfo(value)
 
 
 def check_endpoint(name: str, value: str) -> None:
@@ -321,6 +339,7 @@ __all__ = [
 
     "has_aws_credentials",
     "is_secret_key",
+    "mask_userinfo",
     "normalise_options",
     "obstore_arguments",
     "parse_root",

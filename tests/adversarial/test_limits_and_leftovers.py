@@ -71,15 +71,24 @@ def read_only(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     calls the local storage makes (and ``os.access`` reports the root as not writable)."""
     prefix = str(root.resolve())
 
-    def under(path: Any) -> bool:
-        return isinstance(path, (str, os.PathLike)) and os.path.abspath(os.fspath(path)).startswith(prefix)
+    def under(path: Any, dir_fd: int | None = None) -> bool:
+        """``path`` (relative to ``dir_fd`` when given, as the local storage walks since issue 26) is below the root."""
+        if not isinstance(path, (str, os.PathLike)):
+            return False
+        where = os.fspath(path)
+        if dir_fd is not None and not os.path.isabs(where):
+            where = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), where)
+        return os.path.abspath(where).startswith(prefix)
 
     def refuse(name: str) -> Any:
         real = getattr(os, name)
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            paths = [a for a in args[:2] if under(a)]
-            if paths and name in ("unlink", "rmdir") and not os.path.lexists(paths[0]):
+            fds = [kwargs.get("dir_fd", kwargs.get("src_dir_fd")), kwargs.get("dst_dir_fd")]
+            paths = [a for a, fd in zip(args[:2], fds, strict=False) if under(a, fd)]
+            if paths and name in ("unlink", "rmdir") and not (os.path.lexists(paths[0]) if fds[0] is None else
+                                                              os.path.lexists(os.path.join(
+                                                                  os.readlink(f"/proc/self/fd/{fds[0]}"), paths[0]))):
                 raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(paths[0]))
             if paths:
                 raise OSError(errno.EROFS, "Read-only file system", os.fspath(paths[0]))
@@ -90,7 +99,7 @@ def read_only(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     real_open, real_access = os.open, os.access
 
     def guarded_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if under(path) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+        if under(path, kwargs.get("dir_fd")) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
             raise OSError(errno.EROFS, "Read-only file system", os.fspath(path))
         return real_open(path, flags, *args, **kwargs)
 

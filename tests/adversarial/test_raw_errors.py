@@ -78,13 +78,17 @@ def erofs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     prefix = str(root)
     real_open, real_unlink = os.open, os.unlink
 
+    def full(path: Any, dir_fd: int | None) -> str:  # the local storage acts through ``dir_fd`` (D120)
+        where = os.fspath(path)
+        return where if dir_fd is None else os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), where)
+
     def guarded_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if os.fspath(path).startswith(prefix) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+        if full(path, kwargs.get("dir_fd")).startswith(prefix) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
             raise OSError(errno.EROFS, "Read-only file system", os.fspath(path))
         return real_open(path, flags, *args, **kwargs)
 
     def guarded_unlink(path: Any, *args: Any, **kwargs: Any) -> None:
-        if os.fspath(path).startswith(prefix):
+        if full(path, kwargs.get("dir_fd")).startswith(prefix):
             raise OSError(errno.EROFS, "Read-only file system", os.fspath(path))
         real_unlink(path, *args, **kwargs)
 
