@@ -157,3 +157,21 @@ def test_refusing_a_bomb_does_not_cost_its_size_in_memory(tmp_path: Path) -> Non
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["refused"], result
     assert result["grown_kib"] * 1024 < bomb_bytes // 8, result
+
+
+def test_check_finds_a_bomb_and_repair_sets_it_aside(root: Path, cli: Any, new_process: Any) -> None:
+    name = _plant_bomb(Root("local", str(root), {}))
+    new_process()
+    (root / "_pubsub" / "broker.toml").write_text(f"fsyncEnabled = false\nmaxMessageSize = {LIMIT_BYTES}\n")
+    code, out, err = cli("topics", "check", "t")
+    assert code != 0 and name in out + err, (code, out, err)
+    code, out, err = cli("topics", "check", "t", "--repair", "--execute")
+    assert code == 0, (code, out, err)
+    new_process()
+    client = Client(str(root))
+    try:
+        reader = client.create_reader(T, start_message_id=MessageId.earliest)
+        assert reader.read_next(5000).data() == b"before"
+        assert reader.read_next(5000).data() == b"after"  # (the bomb is recorded as lost)
+    finally:
+        client.close()
