@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from broker_core.errors import BrokerPersistenceError, SegmentCorrupted, SegmentTooLarge
-from broker_core.log.segment_bounds import declared_excess, decoded_excess
+from broker_core.log.segment_bounds import Oversized, check_declared, check_decoded
 from broker_core.log.segment_footer import has_schema, schema_prefix
 from broker_core.storage import FileIO
 
@@ -170,26 +170,15 @@ def encode_segment(table: pa.Table, *, compression: CompressionType = Compressio
 SMALL_SEGMENT_BYTES = 1 << 20
 
 
-class _Oversized(Exception):
-    """A segment's footer declares more bytes than its rows may hold (``segment_bounds``)."""
-
-
-def _check_declared(metadata: pq.FileMetaData, max_message_bytes: int | None) -> None:
-    if max_message_bytes is not None:
-        problem = declared_excess(metadata, max_message_bytes)
-        if problem is not None:
-            raise _Oversized(problem)
-
-
 def decode_segment(source: pa.NativeFile, columns: list[str] | None = None, *,
                    max_message_bytes: int | None = None) -> pa.Table:
     """Read a segment back with exactly ``SEGMENT_SCHEMA`` types (or the chosen columns).
-    ``max_message_bytes``: refuse (``_Oversized``) a file whose footer declares more than messages
+    ``max_message_bytes``: refuse (``Oversized``) a file whose footer declares more than messages
     of that size can take, before decompressing it (``segment_bounds``)."""
     if source.size() < SMALL_SEGMENT_BYTES and columns is None:
         return widen(decode_segment_narrow(source, max_message_bytes=max_message_bytes))
     if max_message_bytes is not None:
-        _check_declared(pq.read_metadata(source), max_message_bytes)
+        check_declared(pq.read_metadata(source), max_message_bytes)
     if source.size() < SMALL_SEGMENT_BYTES:
         # by name: Parquet numbers leaf columns, and the properties map has two
         table = pq.ParquetFile(source, pre_buffer=False).read(columns, use_threads=False).select(columns)
@@ -217,7 +206,7 @@ def decode_segment_narrow(source: pa.NativeFile, *, data: bytes | None = None,
     reader = pq.ParquetReader()
     reader.open(source, pre_buffer=False)
     if max_message_bytes is not None:
-        _check_declared(reader.metadata, max_message_bytes)
+        check_declared(reader.metadata, max_message_bytes)
     skipped = _all_null_columns(reader.metadata, known_schema=data is not None and has_schema(data, _written_schema()))
     if skipped:
         return _read_without(reader, skipped)
@@ -352,12 +341,10 @@ def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef, *, narrow
         source, data = _open(io, path, seg)
         table = decode_segment_narrow(source, data=data, max_message_bytes=max_message_bytes)
         if max_message_bytes is not None:
-            problem = decoded_excess(table, max_message_bytes)
-            if problem is not None:
-                raise _Oversized(problem)
+            check_decoded(table, max_message_bytes)
         if not narrow:
             table = widen(table)
-    except _Oversized as exc:
+    except Oversized as exc:
         raise _too_large(path, seg, str(exc), max_message_bytes) from None
     except BrokerPersistenceError:
         # existence is checked only when opening fails: a ``stat`` (an object store's HEAD) before
@@ -396,8 +383,8 @@ def _open(io: FileIO, path: str, seg: SegmentRef) -> tuple[pa.NativeFile, bytes 
 
 def _too_large(path: str, seg: SegmentRef, problem: str, max_message_bytes: int | None) -> SegmentTooLarge:
     return SegmentTooLarge(
-        f"segment {path!r} (offsets {seg.base_offset}..{seg.end_offset - 1}) {problem}; it was not decompressed "
-        "further.  If its messages are genuine, raise maxMessageSize (broker configuration) and read again; "
+        f"segment {path!r} (offsets {seg.base_offset}..{seg.end_offset - 1}) {problem}; the read delivers none of "
+        "it.  If its messages are genuine, raise maxMessageSize (broker configuration) and read again; "
         "otherwise run `pubsub topics check TOPIC --repair --execute` to set it aside (its messages are then "
         "recorded as lost)",
         path=path, offset=seg.base_offset, max_message_size=max_message_bytes,

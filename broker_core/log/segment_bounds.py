@@ -37,6 +37,25 @@ _ROW_OVERHEAD_BYTES = 4096
 _GROUP_OVERHEAD_BYTES = 1 << 20
 
 
+class Oversized(Exception):
+    """A segment holds, or its footer declares, a message bigger than allowed (the reason is the
+    message); ``read_segment_checked`` turns it into ``SegmentTooLarge`` naming the file."""
+
+
+def check_declared(metadata: pq.FileMetaData, max_message_bytes: int) -> None:
+    """``Oversized`` when ``declared_excess`` finds something."""
+    problem = declared_excess(metadata, max_message_bytes)
+    if problem is not None:
+        raise Oversized(problem)
+
+
+def check_decoded(table: pa.Table, max_message_bytes: int) -> None:
+    """``Oversized`` when ``decoded_excess`` finds something."""
+    problem = decoded_excess(table, max_message_bytes)
+    if problem is not None:
+        raise Oversized(problem)
+
+
 def row_allowance_bytes(max_message_bytes: int) -> int:
     """The most a row may take in a segment file: a chunk written before D126 may hold a payload of the
     full limit and, besides it, a key and properties up to the limit."""
@@ -139,6 +158,9 @@ def decoded_excess(table: pa.Table, max_message_bytes: int) -> str | None:
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "Oversized",
+    "check_declared",
+    "check_decoded",
     "declared_excess",
     "decoded_excess",
     "metadata_bytes",
