@@ -19,7 +19,7 @@ from broker_core import Client, MessageId
 from broker_core.config import BrokerConfig
 from broker_core.errors import MessageTooBig, SegmentTooLarge
 from broker_core.log.segment import SEGMENT_SCHEMA, encode_segment, read_segment_checked
-from broker_core.log.segment_bounds import too_large_rows
+from broker_core.log.segment_bounds import decoded_excess, too_large_rows
 from broker_core.log.segment_ref import SegmentRef
 from broker_core.storage import LocalFileIO
 
@@ -131,3 +131,13 @@ def test_a_chunk_written_before_properties_counted_stays_readable(tmp_path: Path
     io, seg = _segment(tmp_path, [unchunked])
     with pytest.raises(SegmentTooLarge, match="1501 bytes"):
         read_segment_checked(io, ".", seg, max_message_bytes=LIMIT)
+
+
+def test_a_decoded_segment_bigger_than_its_rows_may_be_is_refused_whatever_the_column() -> None:
+    # what a forged footer could hide: a huge producer name (not a message part) in one row
+    table = pa.Table.from_pylist([{"sticky_key_hash": 0, "publish_time": 0, "producer_name": "p" * (3 << 20)}],
+                                 schema=SEGMENT_SCHEMA)
+    assert decoded_excess(table, LIMIT) is not None and "decodes to" in str(decoded_excess(table, LIMIT))
+    small = pa.Table.from_pylist([{"sticky_key_hash": 0, "publish_time": 0, "value": b"x" * LIMIT}],
+                                 schema=SEGMENT_SCHEMA)
+    assert decoded_excess(small, LIMIT) is None
