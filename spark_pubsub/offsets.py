@@ -325,7 +325,8 @@ class PartitionPlanner(TopicResolver):
                                     topic=display, partition=index, ranges=tuple(piece), slot_range=slot_range,
                                     fail_on_data_loss=self.options.fail_on_data_loss, redelivery=counts,
                                     compacted=None if view is None else (int(view[0]), str(view[1])),
-                                    storage_options=tuple(sorted(self.options.storage_options.items())))
+                                    storage_options=tuple(sorted(self.options.storage_options.items())),
+                                    max_message_bytes=self.broker.topic_log(topic, create=False).max_message_bytes)
                     out.append(ScanPartition([task], include_headers=self.options.include_headers))
         return out
 

@@ -101,6 +101,8 @@ class Broker:
                 f"{topic} is non-persistent: it has no log on storage", topic=str(topic)
             )
         path = topic_dir(topic)
+        # reads refuse bigger messages (D125): the limit producers of this configuration write under
+        limit = max(self.config.max_message_size, self.policies.effective(topic).max_message_size)
 
         def open_log() -> TopicLog:
             log = TopicLog(
@@ -109,11 +111,13 @@ class Broker:
                 checkpoint_interval=self.config.checkpoint_interval,
                 max_retries=self.config.commit_max_retries,
                 background_checkpoints=True,
+                max_message_bytes=limit,
             )
             log.watch_with(self._watch(f"{path}/{LOG_DIR}"))
             return log
 
         log = shared_topic_log(self.io.root_uri, path, open_log)
+        log.allow_message_bytes(limit)
         if create and not log.exists():
             log.create(name=str(topic))
         return log

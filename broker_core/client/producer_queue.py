@@ -27,6 +27,7 @@ from broker_core.client.partition_queue import PartitionQueue
 from broker_core.client.producer_connection import ProducerConnection
 from broker_core.clock import SystemClock
 from broker_core.errors import AlreadyClosed, InvalidConfiguration, MessageTooBig, ProducerQueueIsFull
+from broker_core.log.segment_bounds import metadata_size
 from broker_core.message import Message
 from broker_core.message_id import MessageId
 from broker_core.producer.routing import CustomRouter, RoundRobinRouter
@@ -133,15 +134,14 @@ class ProducerQueueing(ProducerConnection):
             if policies is not None and now < self._policy_expires
             else self._max_message_size
         )
-        if size > max_size and type(data) is tuple:  # only a bound: the exact size decides
+        # the key, ordering key and properties count too (D126); a plain send has none
+        meta = 0 if props is None and partition_key is None and ordering_key is None else metadata_size(
+            partition_key, ordering_key, props)
+        if size + meta > max_size and type(data) is tuple:  # only a bound: the exact size decides
             data = self._schema.encode(content)
             size = len(data)
-        if size > max_size and not self._chunking:
-            raise MessageTooBig(
-                f"message of {size} bytes exceeds maxMessageSize={max_size} on {self._topic}; "
-                "enable chunking (chunking_enabled=True, batching off) or send smaller messages",
-                topic=str(self._topic),
-            )
+        if size + meta > max_size and (not self._chunking or meta >= max_size):
+            raise _too_big(size, meta, max_size, str(self._topic), chunking=self._chunking)
         partition = 0
         if self._partitioned:
             if self._router is None:
@@ -184,7 +184,7 @@ class ProducerQueueing(ProducerConnection):
                 seq = sequence_id
             q = self._queues[partition]
             was_empty = not q.queued
-            if data is None or size <= max_size:
+            if data is None or size + meta <= max_size:
                 queued, total = q.queued, self._pending_total
                 if (queued >= self._max_pending and queued > 0) or (
                     0 < self._max_pending_total <= total and total > 0
@@ -207,7 +207,7 @@ class ProducerQueueing(ProducerConnection):
             else:
                 batch = self._enqueue_chunks(
                     q, partition, pending or PendingMessage(None, None, None, None, None, wants_id=False),
-                    data, size, seq, publish_ms, now, max_size,
+                    data, size, seq, publish_ms, now, max_size - meta,  # each chunk carries the key and properties
                 )
                 pending = batch.extras[len(batch) - 1]
             if flush:
@@ -277,6 +277,18 @@ class ProducerQueueing(ProducerConnection):
             self._cond.wait(timeout=0.1)
             if self._closed:
                 raise AlreadyClosed(f"producer {self._name!r} was closed while waiting for queue space")
+
+
+def _too_big(size: int, meta: int, max_size: int, topic: str, *, chunking: bool) -> MessageTooBig:
+    """The refusal of a message above ``maxMessageSize`` (payload and key, ordering key, properties)."""
+    counted = f"message of {size + meta} bytes ({size} payload, {meta} key, ordering key and properties)"
+    if chunking:
+        fix = ("its key and properties alone reach the limit, and every chunk carries them: send smaller "
+               "properties or key, or raise maxMessageSize")
+    else:
+        fix = "enable chunking (chunking_enabled=True, batching off) or send smaller messages"
+    return MessageTooBig(f"{counted} exceeds maxMessageSize={max_size} on {topic}; {fix}", topic=topic,
+                         size=size + meta, max_message_size=max_size)
 
 
 __all__ = ["PartitionQueue", "ProducerQueueing"]

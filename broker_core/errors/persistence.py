@@ -53,6 +53,13 @@ class SegmentCorrupted(LogCorrupted):
     """
 
 
+class SegmentTooLarge(SegmentCorrupted):
+    """A segment file holds (or its footer declares) a message bigger than ``maxMessageSize`` allows:
+    decoding it could take gigabytes from a file of kilobytes (a decompression bomb).  ``path`` names
+    the file; readers refuse it before decompressing it whole, as they refuse a damaged segment (D125).
+    """
+
+
 class PathOutsideRoot(BrokerPersistenceError):
     """A path would resolve outside the storage root; the storage layer refuses to touch it.
 

@@ -118,7 +118,8 @@ def check_topic(broker: Broker, topic: str | TopicName, *, repair: bool = False,
 
 
 def _check(broker: Broker, topic: TopicName, *, execute: bool) -> CheckResult:
-    if existing_log(broker, topic) is None:
+    log = existing_log(broker, topic)
+    if log is None:
         return CheckResult(str(topic), (), (), not execute)
     io, path = broker.io, topic_dir(topic)
     findings: list[Finding] = []
@@ -141,7 +142,7 @@ def _check(broker: Broker, topic: TopicName, *, execute: bool) -> CheckResult:
     if snap is not None:
         for seg in snap.segments:
             try:
-                read_segment_checked(io, path, seg)
+                read_segment_checked(io, path, seg, max_message_bytes=log.max_message_bytes)  # D125
             except SegmentCorrupted as exc:
                 damaged.append((seg, str(exc)))
                 findings.append(Finding("segment", f"{path}/{seg.path}", str(exc),

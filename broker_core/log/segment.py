@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker_core.errors import BrokerPersistenceError, ReadError, SegmentCorrupted
+from broker_core.errors import BrokerPersistenceError, ReadError, SegmentCorrupted, SegmentTooLarge
+from broker_core.log.segment_bounds import Oversized, check_declared, check_decoded
 from broker_core.log.segment_footer import has_schema, schema_prefix
 from broker_core.storage import FileIO
 
@@ -168,10 +169,15 @@ def encode_segment(table: pa.Table, *, compression: CompressionType = Compressio
 SMALL_SEGMENT_BYTES = 1 << 20
 
 
-def decode_segment(source: pa.NativeFile, columns: list[str] | None = None) -> pa.Table:
-    """Read a segment back with exactly ``SEGMENT_SCHEMA`` types (or the chosen columns)."""
+def decode_segment(source: pa.NativeFile, columns: list[str] | None = None, *,
+                   max_message_bytes: int | None = None) -> pa.Table:
+    """Read a segment back with exactly ``SEGMENT_SCHEMA`` types (or the chosen columns).
+    ``max_message_bytes``: refuse (``Oversized``) a file whose footer declares more than messages
+    of that size can take, before decompressing it (``segment_bounds``)."""
     if source.size() < SMALL_SEGMENT_BYTES and columns is None:
-        return widen(decode_segment_narrow(source))
+        return widen(decode_segment_narrow(source, max_message_bytes=max_message_bytes))
+    if max_message_bytes is not None:
+        check_declared(pq.read_metadata(source), max_message_bytes)
     if source.size() < SMALL_SEGMENT_BYTES:
         # by name: Parquet numbers leaf columns, and the properties map has two
         table = pq.ParquetFile(source, pre_buffer=False).read(columns, use_threads=False).select(columns)
@@ -183,19 +189,23 @@ def decode_segment(source: pa.NativeFile, columns: list[str] | None = None) -> p
     return table
 
 
-def decode_segment_narrow(source: pa.NativeFile, *, data: bytes | None = None) -> pa.Table:
+def decode_segment_narrow(source: pa.NativeFile, *, data: bytes | None = None,
+                          max_message_bytes: int | None = None) -> pa.Table:
     """A segment's rows, possibly without the columns its footer shows null in every row (D102):
     ``widen`` puts those back.  Callers that gather many tiny segments (``read_range``) concatenate
     the narrow tables and widen the result once, instead of inserting nine null columns into every
     segment's table and concatenating sixteen columns of one-segment chunks (D111).  ``data``: the
     file's bytes, when the caller holds them (``source`` reads them): a footer whose schema is
-    byte for byte the one ``encode_segment`` writes needs no per-column name check."""
+    byte for byte the one ``encode_segment`` writes needs no per-column name check.
+    ``max_message_bytes``: as for ``decode_segment``."""
     if source.size() >= SMALL_SEGMENT_BYTES:
-        return decode_segment(source)
+        return decode_segment(source, max_message_bytes=max_message_bytes)
     # ``ParquetReader`` is what ``ParquetFile`` wraps; ``ParquetFile`` adds a per-file walk of the
     # schema's nested paths (a third of a tiny file's decode) that reading every column never needs
     reader = pq.ParquetReader()
     reader.open(source, pre_buffer=False)
+    if max_message_bytes is not None:
+        check_declared(reader.metadata, max_message_bytes)
     skipped = _all_null_columns(reader.metadata, known_schema=data is not None and has_schema(data, _written_schema()))
     if skipped:
         return _read_without(reader, skipped)
@@ -315,18 +325,26 @@ def widen(table: pa.Table) -> pa.Table:
     return table
 
 
-def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef, *, narrow: bool = False) -> pa.Table:
+def read_segment_checked(io: FileIO, topic_path: str, seg: SegmentRef, *, narrow: bool = False,
+                         max_message_bytes: int | None = None) -> pa.Table:
     """A live segment's rows (with ``narrow``, possibly without its all-null columns: see
     ``decode_segment_narrow``), or ``SegmentCorrupted`` naming the file when it is missing, cannot be
     decoded (truncated, overwritten) or holds another number of rows than its ``add`` records (its
     offsets would then be wrong).  The message says what to do: restore the file, or set it aside
-    with ``pubsub topics check --repair`` (its messages are then recorded as lost)."""
+    with ``pubsub topics check --repair`` (its messages are then recorded as lost).
+
+    ``max_message_bytes`` (``maxMessageSize``; None: unbounded): ``SegmentTooLarge`` when the file's
+    footer declares, or its decoded rows hold, a message bigger than that (``segment_bounds``, D125)."""
     path = f"{topic_path}/{seg.path}"
     try:
         source, data = _open(io, path, seg)
-        table = decode_segment_narrow(source, data=data)
+        table = decode_segment_narrow(source, data=data, max_message_bytes=max_message_bytes)
+        if max_message_bytes is not None:
+            check_decoded(table, max_message_bytes)
         if not narrow:
             table = widen(table)
+    except Oversized as exc:
+        raise _too_large(path, seg, str(exc), max_message_bytes) from None
     except BrokerPersistenceError:
         # existence is checked only when opening fails: a ``stat`` (an object store's HEAD) before
         # every open cost a fifth of decoding a tiny segment (``benchmarks/bench_trickle.py``)
@@ -357,6 +375,16 @@ def _open(io: FileIO, path: str, seg: SegmentRef) -> tuple[pa.NativeFile, bytes 
             raise BrokerPersistenceError(f"segment file {path!r} is missing", path=path)
         return pa.BufferReader(data), (data if len(data) == seg.size_bytes else None)
     return io.open_input(path), None
+
+
+def _too_large(path: str, seg: SegmentRef, problem: str, max_message_bytes: int | None) -> SegmentTooLarge:
+    return SegmentTooLarge(
+        f"segment {path!r} (offsets {seg.base_offset}..{seg.end_offset - 1}) {problem}; the read delivers none of "
+        "it.  If its messages are genuine, raise maxMessageSize (broker configuration) and read again; "
+        "otherwise run `pubsub topics check TOPIC --repair --execute` to set it aside (its messages are then "
+        "recorded as lost)",
+        path=path, offset=seg.base_offset, max_message_size=max_message_bytes,
+    )
 
 
 def _damaged(path: str, seg: SegmentRef, problem: str) -> SegmentCorrupted:

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from broker_core.errors import BrokerPersistenceError, InvalidConfiguration, InvalidMessage, LogCorrupted, MessageTooBig
 from broker_core.hashing import HashingScheme, sticky_key_hash_array
 from broker_core.log.segment import SEGMENT_SCHEMA, TIMESTAMP, CompressionType, codec_of
+from broker_core.log.segment_bounds import metadata_bytes, value_bytes
 from broker_core.producer.routing import RoundRobinRouter, partitions_for_keys
 from broker_core.storage import FileIO
 from broker_core.topic.topic_log import AppendResult, StagedSegment, TopicLog
@@ -62,7 +63,8 @@ def to_segment_rows(
 
     Raises:
         InvalidMessage: a missing ``value`` column, an unknown column or a column of the wrong type.
-        MessageTooBig: a value above ``max_message_size`` (bulk appends do not chunk).
+        MessageTooBig: a message (value, key, ordering key and properties) above ``max_message_size``
+            (bulk appends do not chunk).
     """
     unknown = [c for c in table.column_names if c not in INPUT_COLUMNS]
     if unknown:
@@ -80,13 +82,6 @@ def to_segment_rows(
         return col.cast(target)
 
     value = get("value", _BYTES + _TEXT, pa.binary(), "binary (or string)")
-    if n and max_message_size:
-        longest = pc.max(pc.binary_length(value)).as_py() or 0
-        if longest > max_message_size:
-            raise MessageTooBig(
-                f"a value of {longest} bytes exceeds maxMessageSize={max_message_size}; bulk appends do not "
-                "chunk: send it through a producer with chunking_enabled=True",
-            )
     key = get("key", _TEXT, pa.string(), "string")
     ordering = get("ordering_key", _BYTES + _TEXT, pa.binary(), "binary or string")
     if "properties" in table.column_names:
@@ -121,7 +116,26 @@ def to_segment_rows(
         ],
         schema=SEGMENT_SCHEMA,
     )
+    if n and max_message_size:
+        _check_sizes(rows, max_message_size)
     return rows, partitions
+
+
+def _check_sizes(rows: pa.Table, max_message_size: int) -> None:
+    """``MessageTooBig`` naming the first row whose value, key, ordering key and properties together
+    exceed ``max_message_size`` (D126); bulk appends do not chunk."""
+    value, meta = value_bytes(rows), metadata_bytes(rows)
+    over = np.nonzero(value + meta > max_message_size)[0]
+    if len(over):
+        row = int(over[0])
+        size = int(value[row] + meta[row])
+        fix = ("send smaller properties or key" if meta[row] >= max_message_size else
+               "bulk appends do not chunk: send it through a producer with chunking_enabled=True")
+        raise MessageTooBig(
+            f"row {row}: a message of {size} bytes ({int(value[row])} value, {int(meta[row])} key, ordering key "
+            f"and properties) exceeds maxMessageSize={max_message_size}; {fix}; nothing was written",
+            row=row, size=size, max_message_size=max_message_size,
+        )
 
 
 def route_rows(

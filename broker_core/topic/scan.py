@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from broker_core.errors import DataLoss
+from broker_core.log.segment_bounds import DEFAULT_MAX_MESSAGE_BYTES
 from broker_core.storage import file_io_for
 from broker_core.topic.compacted_view import CompactedView, load_view
 from broker_core.topic.topic_log import TopicLog
@@ -38,6 +39,9 @@ class ScanTask:
     compacted: tuple[int, str] | None = None
     # how to reach an object-store root from the task's process (repr=False: may hold credentials)
     storage_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # the largest message the read accepts (the planner's maxMessageSize): a bigger one in a segment is
+    # ``SegmentTooLarge`` before the segment is decompressed whole (D125)
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +64,10 @@ def scan(task: ScanTask, *, max_rows: int = 65_536) -> Iterator[ScanChunk]:
 
     Raises:
         DataLoss: part of a range was removed by retention and ``fail_on_data_loss`` is set.
+        SegmentTooLarge: a segment holds a message above ``task.max_message_bytes`` (D125).
     """
-    log = TopicLog(file_io_for(task.root, fsync=False, storage_options=dict(task.storage_options)), task.topic_path)
+    log = TopicLog(file_io_for(task.root, fsync=False, storage_options=dict(task.storage_options)), task.topic_path,
+                   max_message_bytes=task.max_message_bytes)
     snap = log.snapshot()
     view = None
     if task.compacted is not None:

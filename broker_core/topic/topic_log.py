@@ -35,6 +35,7 @@ from broker_core.log.segment import (
     read_segment_checked,
     widen,
 )
+from broker_core.log.segment_bounds import DEFAULT_MAX_MESSAGE_BYTES
 from broker_core.log.segment_ref import SegmentRef, layout_messages
 from broker_core.log.snapshot import (
     LEDGER_ID_KEY,
@@ -74,6 +75,7 @@ class TopicLog(Waiters):
         io: the storage.
         path: the topic's directory relative to the root.
         checkpoint_interval, max_retries: see ``TransactionLog``.
+        max_message_bytes: the largest message reads accept (``maxMessageSize``, D125).
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class TopicLog(Waiters):
         checkpoint_interval: int = 100,
         max_retries: int = 1000,
         background_checkpoints: bool = False,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         super().__init__()
         self.io = io
@@ -101,6 +104,15 @@ class TopicLog(Waiters):
             self._prefetcher = SegmentPrefetcher()
             self.log.on_polled = self._prefetch_added
         self._readahead = Readahead(self._warm, name=path.rsplit("/", 1)[-1])
+        self.max_message_bytes = max_message_bytes
+        """The largest message a read accepts (``maxMessageSize``): a segment holding, or declaring, a
+        bigger one is refused with ``SegmentTooLarge`` before it is decompressed whole (D125)."""
+
+    def allow_message_bytes(self, size: int) -> None:
+        """Accept messages of up to ``size`` bytes in reads (the log is shared by the process's brokers:
+        it keeps the largest limit any of them allows, so none refuses what another could write)."""
+        if size > self.max_message_bytes:
+            self.max_message_bytes = size
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -324,8 +336,9 @@ class TopicLog(Waiters):
         added = {a.path for a in actions if isinstance(a, Add)}
         for seg in snapshot.segments[-len(added):] if added else ():
             if seg.path in added:
-                self._prefetcher.start(seg.path, functools.partial(read_segment_checked, self.io, self.path, seg,
-                                                                   narrow=True))  # as ``_decode`` caches it
+                self._prefetcher.start(seg.path, functools.partial(  # as ``_decode`` caches it
+                    read_segment_checked, self.io, self.path, seg, narrow=True,
+                    max_message_bytes=self.max_message_bytes))
 
     def segment_table(self, seg: SegmentRef) -> pa.Table:
         """The decoded rows of a segment (cached: readers fetch a segment piecewise).
@@ -357,7 +370,8 @@ class TopicLog(Waiters):
 
     def _decode(self, seg: SegmentRef) -> pa.Table:
         pending = None if self._prefetcher is None else self._prefetcher.take(seg.path)
-        table = read_segment_checked(self.io, self.path, seg, narrow=True) if pending is None else pending.result()
+        table = (read_segment_checked(self.io, self.path, seg, narrow=True, max_message_bytes=self.max_message_bytes)
+                 if pending is None else pending.result())
         self._cache.put(seg.path, table)
         return table
 

@@ -38,3 +38,18 @@ def test_planner_makes_one_task_per_slice_covering_the_batch_once(tmp_path: Path
 def test_max_records_per_partition_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(InvalidConfiguration, match="maxRecordsPerPartition"):
         parse_options(SourceOptions, {"path": str(tmp_path), "topic": "t", "maxrecordsperpartition": "0"})
+
+
+def test_planned_tasks_read_under_the_roots_max_message_size(tmp_path: Path) -> None:
+    # the executors' scan refuses what the driver's maxMessageSize does (D125)
+    (tmp_path / "_pubsub").mkdir()
+    (tmp_path / "_pubsub" / "broker.toml").write_text("maxMessageSize = 65536\n")
+    client = Client(str(tmp_path))
+    try:
+        client.create_producer("t").send_table(pa.table({"value": [b"x"] * 10}))
+    finally:
+        client.close()
+    planner = PartitionPlanner(parse_options(SourceOptions, {"path": str(tmp_path), "topic": "t"}))
+    name = "persistent://public/default/t"
+    parts = planner.plan({"v": 1, "parts": {name: 0}}, {"v": 1, "parts": {name: 10}})
+    assert [task.max_message_bytes for p in parts for task in p.tasks] == [65536]

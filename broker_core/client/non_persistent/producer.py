@@ -29,6 +29,7 @@ from broker_core.errors import (
     result_for,
 )
 from broker_core.hashing.keys import HashingScheme
+from broker_core.log.segment_bounds import metadata_size
 from broker_core.message import Message, Schema
 from broker_core.message_id import MessageId
 from broker_core.naming import TopicName
@@ -165,10 +166,12 @@ class NonPersistentProducer:
                 "non-persistent and delivers at once",
                 topic=str(self._topic),
             )
-        size = 0 if data is None else len(data)
+        # the key, ordering key and properties count too (D126)
+        size = (0 if data is None else len(data)) + metadata_size(partition_key, ordering_key, props)
         if size > self._max_message_size:
             raise MessageTooBig(
-                f"message of {size} bytes exceeds maxMessageSize={self._max_message_size} on {self._topic}; "
+                f"message of {size} bytes (payload, key, ordering key and properties) exceeds maxMessageSize="
+                f"{self._max_message_size} on {self._topic}; "
                 "non-persistent topics cannot chunk, send smaller messages",
                 topic=str(self._topic),
             )
