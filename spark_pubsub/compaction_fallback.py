@@ -56,7 +56,8 @@ def _spark_types() -> tuple[Any, Any, Any]:
         return [StructField(name, dtype, False) for name in names.split()]
 
     tasks = StructType(required("topic_path kind path", StringType())
-                       + required("base_offset lo hi", LongType()))
+                       + required("base_offset lo hi", LongType())
+                       + [StructField("max_message_bytes", LongType(), True)])
     ends = StructType(required("topic_path key", StringType()) + required("offset", LongType()))
     fields = [StructField("topic_path", StringType(), False)]
     for field in VIEW_SCHEMA:
@@ -81,7 +82,7 @@ def _task_reader(root: str, project: Callable[[pa.Table, str], pa.Table], schema
         for batch in batches:
             for row in batch.to_pylist():
                 task = CompactionTask(kind=row["kind"], path=row["path"], base_offset=row["base_offset"],
-                                      lo=row["lo"], hi=row["hi"])
+                                      lo=row["lo"], hi=row["hi"], max_message_bytes=row["max_message_bytes"])
                 table = project(read_compaction_task(io, row["topic_path"], task, columns), row["topic_path"])
                 yield from table.cast(schema).to_batches()
 
@@ -128,7 +129,7 @@ def latest_per_key_df(spark: SparkSession, root: str, tasks: list[tuple[str, Com
     from pyspark.sql.pandas.types import to_arrow_schema
 
     task_schema, ends_schema, rows_schema = _spark_types()
-    task_rows = [(path, t.kind, t.path, t.base_offset, t.lo, t.hi) for path, t in tasks]
+    task_rows = [(path, t.kind, t.path, t.base_offset, t.lo, t.hi, t.max_message_bytes) for path, t in tasks]
     slices = max(1, min(len(task_rows), parallelism or default_parallelism(spark) * 4))
     task_df = spark.createDataFrame(task_rows, task_schema).repartition(slices)
     ends = task_df.mapInArrow(

@@ -292,7 +292,8 @@ def _kept_on_driver(io: FileIO, plan: CompactionPlan, read: TopicRead, winners: 
     wanted = pa.array(ends, pa.int64())
     tasks = [t for t in compaction_tasks(plan) if t.kind == "view"] + [
         CompactionTask(kind="segment", path=r.segment.path, base_offset=r.segment.base_offset, lo=r.row_lo,
-                       hi=r.row_hi) for r in needed_segments(read, ends, spans).segments]
+                       hi=r.row_hi, max_message_bytes=plan.max_message_bytes)
+        for r in needed_segments(read, ends, spans).segments]
     pieces = [VIEW_SCHEMA.empty_table()]
     for task in tasks:
         rows = read_compaction_task(io, plan.topic_path, task)

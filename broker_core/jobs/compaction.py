@@ -35,9 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from broker_core.errors import InvalidConfiguration
+from broker_core.errors import InvalidConfiguration, SegmentTooLarge
 from broker_core.jobs.progress import JobProgress
 from broker_core.log.segment import decode_segment
+from broker_core.log.segment_bounds import Oversized
 from broker_core.log.snapshot import Snapshot
 from broker_core.naming import TopicName
 from broker_core.storage import FileIO
@@ -72,6 +73,7 @@ class CompactionPlan:
     start: int
     horizon: int
     snapshot: Snapshot = field(repr=False)
+    max_message_bytes: int | None = None  # the topic's maxMessageSize: segments above it are refused (D125)
 
     @property
     def ledger_id(self) -> int:
@@ -180,7 +182,8 @@ def plan_compaction(log: TopicLog, topic: str, *, up_to_offset: int | None = Non
     if horizon <= floor:
         return None
     return CompactionPlan(topic=topic, topic_path=log.path, previous=previous,
-                          start=max(floor, snap.first_offset), horizon=horizon, snapshot=snap)
+                          start=max(floor, snap.first_offset), horizon=horizon, snapshot=snap,
+                          max_message_bytes=log.max_message_bytes)
 
 
 def _message_boundary(log: TopicLog, snap: Snapshot, horizon: int) -> int:
@@ -217,6 +220,7 @@ class CompactionTask:
     base_offset: int = 0
     lo: int = 0
     hi: int = 0
+    max_message_bytes: int | None = None  # a segment declaring bigger messages is refused (D125)
 
 
 def compaction_tasks(plan: CompactionPlan) -> list[CompactionTask]:
@@ -228,7 +232,8 @@ def compaction_tasks(plan: CompactionPlan) -> list[CompactionTask]:
         seg = snap.segments[i]
         lo = max(plan.start, seg.base_offset) - seg.base_offset
         hi = min(plan.horizon, seg.end_offset) - seg.base_offset
-        tasks.append(CompactionTask(kind="segment", path=seg.path, base_offset=seg.base_offset, lo=lo, hi=hi))
+        tasks.append(CompactionTask(kind="segment", path=seg.path, base_offset=seg.base_offset, lo=lo, hi=hi,
+                                    max_message_bytes=plan.max_message_bytes))
         i += 1
     return tasks
 
@@ -245,7 +250,15 @@ def read_compaction_task(io: FileIO, topic_path: str, task: CompactionTask,
         table = pq.read_table(io.open_input(f"{topic_path}/{task.path}"), columns=names)
         return table.cast(pa.schema([VIEW_SCHEMA.field(c) for c in names]))
     wanted = [c for c in names if c not in _POSITION_NAMES]
-    rows = decode_segment(io.open_input(f"{topic_path}/{task.path}"), columns=wanted)
+    path = f"{topic_path}/{task.path}"
+    try:
+        rows = decode_segment(io.open_input(path), columns=wanted, max_message_bytes=task.max_message_bytes)
+    except Oversized as exc:
+        raise SegmentTooLarge(
+            f"segment {path!r} {exc}; compaction reads none of it.  If its messages are genuine, raise "
+            "maxMessageSize and run again; otherwise set it aside with `pubsub topics check TOPIC --repair "
+            "--execute`", path=path, offset=task.base_offset, max_message_size=task.max_message_bytes,
+        ) from None
     rows = rows.slice(task.lo, task.hi - task.lo)
     offsets = np.arange(task.base_offset + task.lo, task.base_offset + task.hi, dtype=np.int64)
     if columns is None:

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from broker_core.broker.broker import Broker
-from broker_core.errors import LogCorrupted
 from broker_core.jobs.progress import (
     JobSummary,
     check_flag,
@@ -54,7 +53,7 @@ from broker_core.jobs.progress import (
     run_each,
 )
 from broker_core.log.actions import Action, Add, Remove
-from broker_core.log.segment import codec_of, decode_segment, encode_segment, new_segment_name
+from broker_core.log.segment import codec_of, encode_segment, new_segment_name, read_segment_checked
 from broker_core.log.segment_ref import SegmentRef, normalise_layout
 from broker_core.log.snapshot import Snapshot
 from broker_core.naming import TopicName
@@ -266,14 +265,10 @@ class _Abandoned(Exception):
 
 
 def _read_run(log: TopicLog, run: Sequence[SegmentRef]) -> pa.Table:
-    tables = []
-    for seg in run:
-        table = decode_segment(log.io.open_input(f"{log.path}/{seg.path}"))
-        if table.num_rows != seg.num_records:
-            raise LogCorrupted(f"segment {seg.path!r} of {log.path!r} holds {table.num_rows} rows, its add "
-                               f"says {seg.num_records}; it was changed after its commit")
-        tables.append(table)
-    return pa.concat_tables(tables)
+    """The run's rows, read as consumers read them: a missing or changed segment, or one holding a
+    message above ``maxMessageSize`` (a decompression bomb, D125), is refused before it is merged."""
+    return pa.concat_tables([read_segment_checked(log.io, log.path, seg, max_message_bytes=log.max_message_bytes)
+                             for seg in run])
 
 
 def merge_run(log: TopicLog, run: Sequence[SegmentRef]) -> MergedRun:

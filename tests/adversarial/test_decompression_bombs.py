@@ -175,3 +175,39 @@ def test_check_finds_a_bomb_and_repair_sets_it_aside(root: Path, cli: Any, new_p
         assert reader.read_next(5000).data() == b"after"  # (the bomb is recorded as lost)
     finally:
         client.close()
+
+
+def _broker(root: Root, max_message_size: int) -> Any:
+    from broker_core.broker.broker import Broker
+
+    return Broker.for_url(root.url, BrokerConfig(fsync_enabled=False, max_message_size=max_message_size),
+                          storage_options=root.storage_options)
+
+
+def test_merge_segments_refuses_a_bomb_and_merges_nothing(any_root: Root, new_process: Any) -> None:
+    from broker_core.jobs import merge_segments
+
+    name = _plant_bomb(any_root)
+    new_process()
+    broker = _broker(any_root, LIMIT_BYTES)
+    with pytest.raises(SegmentTooLarge) as caught:
+        merge_segments(broker, T, min_age_ms=0, target_bytes=1 << 30, dry_run=False)
+    _check(caught.value, name)
+    log = TopicLog(file_io_for(any_root.url, fsync=False, storage_options=any_root.storage_options), TOPIC_DIR)
+    assert [s.path for s in log.snapshot().segments][1] == name  # nothing was swapped
+
+
+def test_compaction_reads_refuse_a_bomb(any_root: Root, new_process: Any) -> None:
+    from broker_core.jobs.compaction import compaction_tasks, plan_compaction, read_compaction_task
+    from broker_core.naming import TopicName
+
+    name = _plant_bomb(any_root)
+    new_process()
+    broker = _broker(any_root, LIMIT_BYTES)
+    plan = plan_compaction(broker.topic_log(TopicName.parse(T)), T)
+    assert plan is not None and plan.max_message_bytes == LIMIT_BYTES
+    io = file_io_for(any_root.url, fsync=False, storage_options=any_root.storage_options)
+    bomb = next(t for t in compaction_tasks(plan) if t.path == name)
+    with pytest.raises(SegmentTooLarge) as caught:
+        read_compaction_task(io, plan.topic_path, bomb)
+    assert name in str(caught.value)
