@@ -193,11 +193,6 @@ def _is_url_option(key: str) -> bool:
     return "endpoint" in key or key.endswith("_url") or key.endswith("_url_s3")
 
 
-def _shown_url(value: str) -> str:
-    """``value`` without userinfo (``user:password@``), which may hold a credential."""
-    return mask_userinfo(value)
-
-
 def check_endpoint(name: str, value: str) -> None:
     """Refuse an endpoint (or other URL) option obstore could not parse, before obstore sees it.
 
@@ -224,7 +219,7 @@ def check_endpoint(name: str, value: str) -> None:
             reason = "it holds a character a URL may not (a space, a control or non-ASCII character, a quote)"
     if reason is not None:
         raise InvalidConfiguration(
-            f"storage option {name!r} = {_shown_url(value)!r} is not a valid endpoint URL ({reason}); "
+            f"storage option {name!r} = {mask_userinfo(value)!r} is not a valid endpoint URL ({reason}); "
             "use http(s)://host[:port], e.g. http://127.0.0.1:9000",
             option=name,
         )
@@ -266,7 +261,7 @@ def _check_plain_http(spec: RootSpec, config: Mapping[str, str], client: Mapping
     for key, value in found:
         if value.strip().lower().startswith("http://"):
             raise InvalidConfiguration(
-                f"the endpoint {_endpoint_shown(value.strip())!r} (from {key}) of {spec.url} is plain HTTP, which the "
+                f"the endpoint {mask_userinfo(value.strip())!r} (from {key}) of {spec.url} is plain HTTP, which the "
                 f"store refuses unless allowed: set the storage option {prefix}_allow_http=true (Spark: "
                 f"storage.{prefix}_allow_http, CLI: --storage-option {prefix}_allow_http=true"
                 + (", or the environment variable AWS_ALLOW_HTTP=true" if prefix == "aws" else "")
@@ -274,14 +269,6 @@ def _check_plain_http(spec: RootSpec, config: Mapping[str, str], client: Mapping
                 option=f"{prefix}_allow_http",
                 root=spec.url,
             )
-
-
-def _endpoint_shown(endpoint: str) -> str:
-    """The endpoint without any user or password in it (its host and port stay)."""
-    parsed = urlparse(endpoint)
-    if "@" not in parsed.netloc:
-        return endpoint
-    return parsed._replace(netloc="***@" + parsed.netloc.rsplit("@", 1)[1]).geturl()
 
 
 def obstore_arguments(spec: RootSpec) -> dict[str, Any]:
