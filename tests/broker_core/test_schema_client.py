@@ -206,7 +206,7 @@ def test_cli_schemas_get_upload_compatibility_delete(cli: Any, client: Client, t
     clash = tmp_path / "clash.json"
     clash.write_text(json.dumps({"type": "AVRO", "schema": Clash.schema()}))
     code, _, err = cli("schemas", "get", "cli-topic")
-    assert code == 1 and "no schema" in err
+    assert code == 1 and "does not exist" in err  # issue 28: a missing topic, not "has no schema"
     assert cli("schemas", "upload", "cli-topic", "-f", str(v1))[1]["version"] == 0
     got = cli("schemas", "get", "cli-topic")[1]
     assert got["version"] == 0 and json.loads(got["schema"]) == V1.schema()
