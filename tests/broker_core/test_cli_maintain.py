@@ -1,0 +1,66 @@
+"""``pubsub maintain``: one pass or ``--every`` N passes, one JSON line per pass, typed usage errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jobs_worker import append, make_broker
+
+from broker_core.cli import maintain as maintain_cli
+from broker_core.cli.app import main
+
+T = "persistent://public/default/t"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    path = tmp_path / "root"
+    append(make_broker(path), topic=T)
+    (path / "_pubsub").mkdir(exist_ok=True)
+    (path / "_pubsub" / "broker.toml").write_text("fsyncEnabled = false\n")
+    return path
+
+
+def run(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["--root", str(root), "maintain", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_one_dry_run_pass_prints_its_summary_and_changes_nothing(root: Path, capsys: Any) -> None:
+    code, out, err = run(root, capsys, "--json")
+    assert code == 0, err
+    (summary,) = [json.loads(line) for line in out.splitlines()]
+    assert summary["status"] == "done" and summary["execute"] is False
+    assert summary["topics"][0]["topic"] == T and summary["topics"][0]["jobs"]["retention"]["changed"] is False
+    code, out, _ = run(root, capsys, "--namespace", "public/default")
+    assert code == 0 and "dry run: nothing was changed" in out and f"{T}: ran retention" in out
+
+
+def test_every_runs_the_given_number_of_passes(root: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr(maintain_cli, "_sleep", waits.append)
+    code, out, err = run(root, capsys, "--all", "--every", "1m", "--passes", "3", "--execute", "--json")
+    assert code == 0, err
+    passes = [json.loads(line) for line in out.splitlines()]
+    assert [p["status"] for p in passes] == ["done"] * 3 and len(waits) == 2 and all(0 < w <= 60 for w in waits)
+    assert passes[0]["topics"][0]["jobs"]["retention"]["changed"] is True
+    assert passes[1]["topics"] == []  # nothing due a moment later
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--every", "soon"], "invalid duration 'soon'"),
+        (["--every", "0s"], "above zero"),
+        (["--namespace", "public/default", "--all"], "not allowed with argument"),
+        (["--passes", "2"], "--passes goes with --every"),
+        (["--namespace", "public/nope"], "namespace public/nope does not exist"),
+    ],
+)
+def test_bad_input_is_refused(root: Path, capsys: Any, args: list[str], message: str) -> None:
+    code, out, err = run(root, capsys, *args)
+    assert code in (1, 2) and message in err and out == ""
