@@ -39,15 +39,15 @@ def register(commands: Any) -> None:
     scope.add_argument("--namespace", metavar="TENANT/NAMESPACE", action="append",
                        help="only this namespace (repeatable)")
     scope.add_argument("--all", action="store_true", help="every namespace of the root (the default)")
-    parser.add_argument("--every", type=_interval, metavar="DURATION",
+    parser.add_argument("--every", type=interval_ms, metavar="DURATION",
                         help="repeat a pass this often (e.g. 1m); without it, run one pass")
     parser.add_argument("--passes", type=count, metavar="N", help="with --every: stop after N passes")
-    parser.add_argument("--lease", type=_interval, default=DEFAULT_LEASE_MS, metavar="DURATION",
+    parser.add_argument("--lease", type=interval_ms, default=DEFAULT_LEASE_MS, metavar="DURATION",
                         help=f"how long the leader lease lasts unrenewed (default {DEFAULT_LEASE_MS // 1000}s)")
     parser.add_argument("--execute", action="store_true", help="apply the changes (default: a dry run)")
 
 
-def _interval(text: str) -> int:
+def interval_ms(text: str) -> int:
     """A positive duration (argparse type)."""
     ms = duration_ms(text)
     if ms <= 0:
@@ -92,4 +92,4 @@ def _lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["register"]
+__all__ = ["interval_ms", "register"]
