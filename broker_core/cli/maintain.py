@@ -15,8 +15,9 @@ import time
 from typing import Any
 
 from broker_core.cli.common import Context, Output, UsageError, add_command, count, duration_ms
-from broker_core.jobs.maintain import run_maintenance_pass
+from broker_core.jobs.maintain import MaintenanceSchedule, run_maintenance_pass
 from broker_core.jobs.maintenance_lease import DEFAULT_LEASE_MS, MaintenanceLease
+from broker_core.jobs.progress import MIN_SAFE_AGE_MS
 
 _sleep = time.sleep  # tests replace it
 
@@ -44,6 +45,10 @@ def register(commands: Any) -> None:
     parser.add_argument("--passes", type=count, metavar="N", help="with --every: stop after N passes")
     parser.add_argument("--lease", type=interval_ms, default=DEFAULT_LEASE_MS, metavar="DURATION",
                         help=f"how long the leader lease lasts unrenewed (default {DEFAULT_LEASE_MS // 1000}s)")
+    parser.add_argument("--log-retention", type=duration_ms, metavar="DURATION",
+                        help="cleanup-logs keeps this much log history (default 30d, at least 1h)")
+    parser.add_argument("--vacuum-min-age", type=duration_ms, metavar="DURATION",
+                        help="vacuum deletes files removed longer ago than this (default 7d, at least 1h)")
     parser.add_argument("--execute", action="store_true", help="apply the changes (default: a dry run)")
 
 
@@ -58,13 +63,21 @@ def interval_ms(text: str) -> int:
 def _maintain(ctx: Context, args: argparse.Namespace) -> Output:
     if args.passes is not None and args.every is None:
         raise UsageError("--passes goes with --every (without --every, maintain runs one pass)")
+    ages = {"log_retention_ms": (args.log_retention, "--log-retention"),
+            "vacuum_min_age_ms": (args.vacuum_min_age, "--vacuum-min-age")}
+    for ms, option in ages.values():
+        if ms is not None and ms < MIN_SAFE_AGE_MS:
+            raise UsageError(f"{option} is under the safe minimum of {MIN_SAFE_AGE_MS // 60_000} minutes: in-flight "
+                             "writes and slow readers could lose files")
     broker = ctx.broker
+    schedule = MaintenanceSchedule.from_config(broker, **{k: ms for k, (ms, _) in ages.items() if ms is not None})
     lease = MaintenanceLease(broker.io, lease_ms=args.lease)
     total = 1 if args.every is None else args.passes
     done = 0
     while total is None or done < total:
         started = time.monotonic()
-        summary = run_maintenance_pass(broker, namespaces=args.namespace, execute=args.execute, lease=lease)
+        summary = run_maintenance_pass(broker, namespaces=args.namespace, execute=args.execute, lease=lease,
+                                       schedule=schedule)
         done += 1
         if ctx.json:
             print(json.dumps(summary, separators=(",", ":"), default=str))

@@ -39,6 +39,11 @@ from broker_core.naming import NamespaceName, TopicName
 
 STATE_DIR = "_pubsub/maintenance/state"
 
+RECORD_EVERY_MS = 10_000
+"""How often a pass commits the last-run times it collected (and at its end): one commit per topic would
+rewrite the whole document per topic; a leader killed between two commits only makes the next leader
+re-run that stretch's jobs, which are idempotent."""
+
 JOBS = ("retention", "ttl", "backlog", "compaction", "merge-segments", "checkpoint", "cleanup-logs", "vacuum")
 """Every job a pass runs, in the order it runs them on one topic (retention before vacuum frees files)."""
 
@@ -258,6 +263,8 @@ def run_maintenance_pass(
         return {**out, "status": "standby", "leader": current.holder, "leaderExpiresMs": current.expires_ms,
                 "elapsedMs": 0.0}
     out["status"] = "done"
+    pending: dict[str, dict[str, int]] = {}
+    flushed_ms = clock.now_ms()
     try:
         last_runs = read_last_runs(state)
         for topic in topics:
@@ -265,13 +272,17 @@ def run_maintenance_pass(
             if not jobs:
                 continue
             report, ran = run_topic(broker, topic, jobs, schedule=schedule, execute=execute, clock=clock,
-                                    before_job=lease.renew, observer=observer)
+                                    before_job=lease.renew_if_due, observer=observer)
             out["topics"].append(report)
             if execute:
-                record_last_runs(state, {topic: ran})
+                pending[topic] = ran
             if "stopped" in report:
                 out["status"] = "lease-lost"
                 break
+            if clock.now_ms() - flushed_ms >= RECORD_EVERY_MS:
+                record_last_runs(state, pending)
+                pending, flushed_ms = {}, clock.now_ms()
+        record_last_runs(state, pending)
     finally:
         if out["status"] == "done":
             lease.release()

@@ -62,6 +62,7 @@ class MaintenanceLease:
         self.lease_ms = lease_ms
         self.clock = clock
         self._state = VersionedState(io, LEASE_DIR, keep_versions=20)
+        self._expires_ms = 0  # our lease's expiry as last written by us (0: not held)
 
     def current(self) -> LeaseView:
         """The lease as stored now."""
@@ -79,7 +80,7 @@ class MaintenanceLease:
             return {"holder": self.holder, "expiresMs": now + self.lease_ms, "takenMs": now}
 
         _, doc = self._state.update(take)
-        return _view(doc).holder == self.holder and _view(doc).expires_ms > now
+        return self._held(doc, now)
 
     def renew(self) -> bool:
         """Extend the lease; False when it was lost (expired and taken over), so the pass must stop."""
@@ -92,8 +93,20 @@ class MaintenanceLease:
             return {**(doc or {}), "expiresMs": now + self.lease_ms}
 
         _, doc = self._state.update(extend)
+        return self._held(doc, now)
+
+    def renew_if_due(self) -> bool:
+        """``renew`` once less than half the lease is left (else True without a write): a pass over many
+        topics checks before every job, and one small commit per job would cost more than the jobs."""
+        if self._expires_ms - self.clock.now_ms() > self.lease_ms // 2:
+            return True
+        return self.renew()
+
+    def _held(self, doc: Document | None, now: int) -> bool:
         view = _view(doc)
-        return view.holder == self.holder and view.expires_ms > now
+        held = view.holder == self.holder and view.expires_ms > now
+        self._expires_ms = view.expires_ms if held else 0
+        return held
 
     def release(self) -> None:
         """Give the lease up at the end of a pass, so the next runner need not wait for expiry."""
@@ -103,6 +116,7 @@ class MaintenanceLease:
                 return None
             return {"holder": None, "expiresMs": 0, "releasedBy": self.holder}
 
+        self._expires_ms = 0
         self._state.update(drop)
 
 

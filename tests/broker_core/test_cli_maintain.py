@@ -51,6 +51,16 @@ def test_every_runs_the_given_number_of_passes(root: Path, capsys: Any, monkeypa
     assert passes[1]["topics"] == []  # nothing due a moment later
 
 
+def test_the_log_ages_can_be_chosen(root: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+    real = maintain_cli.run_maintenance_pass
+    monkeypatch.setattr(maintain_cli, "run_maintenance_pass",
+                        lambda *a, **kw: seen.append(kw["schedule"]) or real(*a, **kw))
+    code, _, err = run(root, capsys, "--vacuum-min-age", "1h", "--log-retention", "2d")
+    assert code == 0, err
+    assert seen[0].vacuum_min_age_ms == 3_600_000 and seen[0].log_retention_ms == 2 * 86_400_000
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -59,6 +69,8 @@ def test_every_runs_the_given_number_of_passes(root: Path, capsys: Any, monkeypa
         (["--namespace", "public/default", "--all"], "not allowed with argument"),
         (["--passes", "2"], "--passes goes with --every"),
         (["--namespace", "public/nope"], "namespace public/nope does not exist"),
+        (["--vacuum-min-age", "10m"], "--vacuum-min-age is under the safe minimum of 60 minutes"),
+        (["--log-retention", "59m"], "--log-retention is under the safe minimum"),
     ],
 )
 def test_bad_input_is_refused(root: Path, capsys: Any, args: list[str], message: str) -> None:

@@ -144,6 +144,22 @@ def test_a_second_runner_stands_by_until_the_lease_expires(tmp_path: Path) -> No
     assert MaintenanceLease(broker.io, clock=clock).current().holder is None  # released after the pass
 
 
+def test_the_leader_renews_once_half_its_lease_is_gone(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path)
+    clock = ManualClock(NOW_MS)
+    lease = MaintenanceLease(broker.io, holder="a", lease_ms=10_000, clock=clock)
+    versions = lease._state  # the lease's commits
+    assert lease.acquire()
+    taken = versions.latest()[0]
+    clock.advance(4_000)
+    assert lease.renew_if_due() and versions.latest()[0] == taken  # more than half left: no write
+    clock.advance(2_000)
+    assert lease.renew_if_due() and versions.latest()[0] == taken + 1
+    assert lease.current().expires_ms == NOW_MS + 16_000
+    clock.advance(10_000)  # stalled past the expiry: the renewal fails (another runner may lead)
+    assert not lease.renew_if_due()
+
+
 def test_racing_runners_elect_exactly_one_leader(any_root: Root) -> None:
     broker = make_broker(any_root.url)
     clock = ManualClock(NOW_MS)
