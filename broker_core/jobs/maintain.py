@@ -10,7 +10,8 @@ takes the lease over, knows what is due rather than starting every clock afresh.
 The intervals keep Pulsar's ``broker.conf`` names and defaults where Pulsar has them (``BrokerConfig``:
 ``retentionCheckIntervalInSeconds`` 120, ``messageExpiryCheckIntervalInMinutes`` 5,
 ``backlogQuotaCheckIntervalInSeconds`` 60, ``brokerServiceCompactionMonitorIntervalInSeconds`` 60 with
-``brokerServiceCompactionThresholdInBytes``, 0 = off); the log jobs Pulsar does not have use
+the ``compactionThreshold`` policy, whose default is ``brokerServiceCompactionThresholdInBytes``, 0 = off);
+the log jobs Pulsar does not have use
 ``MaintenanceSchedule``'s documented defaults.  Like every destructive job, a pass is a dry run unless
 ``execute=True``: a dry run reports what each due job would do and records no last-run time.
 
@@ -62,7 +63,6 @@ class MaintenanceSchedule:
     ttl_ms: int = 5 * 60_000
     backlog_ms: int = 60_000
     compaction_ms: int = 60_000
-    compaction_threshold_bytes: int = 0
     merge_ms: int = 5 * 60_000
     checkpoint_ms: int = 10 * 60_000
     cleanup_ms: int = 60 * 60_000
@@ -78,7 +78,6 @@ class MaintenanceSchedule:
             "ttl_ms": c.message_expiry_check_interval_in_minutes * 60_000,
             "backlog_ms": c.backlog_quota_check_interval_in_seconds * 1000,
             "compaction_ms": c.broker_service_compaction_monitor_interval_in_seconds * 1000,
-            "compaction_threshold_bytes": c.broker_service_compaction_threshold_in_bytes,
         }
         values.update(overrides)
         return cls(**values)
@@ -142,9 +141,9 @@ def run_job(broker: Broker, topic: str, job: str, *, schedule: MaintenanceSchedu
     if job == "backlog":
         return _summary(enforce_backlog_quota(broker, topic, dry_run=dry, now_ms=now_ms))
     if job == "compaction":
-        threshold = schedule.compaction_threshold_bytes
+        threshold = broker.policies.effective(TopicName.parse(topic)).compaction_threshold
         if threshold <= 0:
-            return {"skipped": "brokerServiceCompactionThresholdInBytes is 0 (off)"}
+            return {"skipped": "compactionThreshold is 0 (off)"}
         pending = compaction_backlog_bytes(broker, topic)
         if pending < threshold:
             return {"skipped": f"{pending} bytes since the last compaction, threshold {threshold}"}

@@ -74,10 +74,18 @@ def test_intervals_come_from_the_pulsar_named_settings(tmp_path: Path) -> None:
     assert ran(run_maintenance_pass(broker, execute=True, clock=clock))[T1] == ["retention"]
 
 
-def test_compaction_runs_once_the_threshold_is_crossed(tmp_path: Path) -> None:
-    broker = make_broker(tmp_path, broker_service_compaction_threshold_in_bytes=1)
+@pytest.mark.parametrize("level", ["broker", "namespace", "topic"])
+def test_compaction_runs_once_the_threshold_is_crossed(tmp_path: Path, level: str) -> None:
+    broker = make_broker(tmp_path, broker_service_compaction_threshold_in_bytes=1 if level == "broker" else 0)
     append(broker, topic=T1, publish_ms=NOW_MS)
-    set_cursor(broker, "reader", -1, topic=T1)  # holds the backlog: retention keeps it
+    append(broker, topic=T2, publish_ms=NOW_MS)
+    if level == "namespace":
+        broker.policies.set_namespace_policies("public/default", {"compactionThreshold": 1})
+    if level == "topic":
+        broker.policies.set_topic_policies(T1, {"compactionThreshold": 1})
+        broker.policies.set_topic_policies(T2, {"compactionThreshold": 10_000_000})
+    for topic in (T1, T2):
+        set_cursor(broker, "reader", -1, topic=topic)  # holds the backlog: retention keeps it
     clock = ManualClock(NOW_MS)
     summary = run_maintenance_pass(broker, execute=True, clock=clock, namespaces=["public/default"])
     compaction = summary["topics"][0]["jobs"]["compaction"]
@@ -85,6 +93,8 @@ def test_compaction_runs_once_the_threshold_is_crossed(tmp_path: Path) -> None:
     clock.advance(60_000)
     again = run_maintenance_pass(broker, execute=True, clock=clock)["topics"][0]["jobs"]["compaction"]
     assert again == {"skipped": "0 bytes since the last compaction, threshold 1"}
+    if level == "topic":  # T2's own threshold is not reached
+        assert summary["topics"][1]["jobs"]["compaction"]["skipped"].endswith("threshold 10000000")
 
 
 def test_a_dry_run_changes_nothing_and_records_no_last_run(tmp_path: Path) -> None:
