@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from broker_core.cli.common import Context, Output, UsageError, add_command, count, duration_ms
+from broker_core.errors import PulsarException
 from broker_core.jobs.maintain import MaintenanceSchedule, run_maintenance_pass
 from broker_core.jobs.maintenance_lease import DEFAULT_LEASE_MS, MaintenanceLease
 from broker_core.jobs.progress import MIN_SAFE_AGE_MS
@@ -76,8 +77,15 @@ def _maintain(ctx: Context, args: argparse.Namespace) -> Output:
     done = 0
     while total is None or done < total:
         started = time.monotonic()
-        summary = run_maintenance_pass(broker, namespaces=args.namespace, execute=args.execute, lease=lease,
-                                       schedule=schedule)
+        try:
+            summary = run_maintenance_pass(broker, namespaces=args.namespace, execute=args.execute, lease=lease,
+                                           schedule=schedule)
+        except (PulsarException, OSError) as exc:
+            if args.every is None:
+                raise
+            # a service outlives a storage hiccup: this pass failed, the next one tries again
+            summary = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "execute": args.execute,
+                       "topics": []}
         done += 1
         if ctx.json:
             print(json.dumps(summary, separators=(",", ":"), default=str))
@@ -91,6 +99,8 @@ def _maintain(ctx: Context, args: argparse.Namespace) -> Output:
 
 def _lines(summary: dict[str, Any]) -> list[str]:
     mode = "" if summary["execute"] else " (dry run)"
+    if summary["status"] == "error":
+        return [f"maintenance pass{mode}: failed, {summary['error']}; the next pass tries again"]
     if summary["status"] == "standby":
         return [f"maintenance pass{mode}: standby, {summary['leader']} leads"]
     lines = [f"maintenance pass{mode}: {summary['status']}, {len(summary['topics'])} topic(s) with due jobs, "

@@ -51,6 +51,25 @@ def test_every_runs_the_given_number_of_passes(root: Path, capsys: Any, monkeypa
     assert passes[1]["topics"] == []  # nothing due a moment later
 
 
+def test_every_outlives_a_failed_pass(root: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(maintain_cli, "_sleep", lambda s: None)
+    real, calls = maintain_cli.run_maintenance_pass, []
+
+    def flaky(*a: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("storage unreachable")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(maintain_cli, "run_maintenance_pass", flaky)
+    code, out, err = run(root, capsys, "--every", "1m", "--passes", "2", "--json")
+    assert code == 0, err
+    first, second = (json.loads(line) for line in out.splitlines())
+    assert first["status"] == "error" and "storage unreachable" in first["error"] and second["status"] == "done"
+    monkeypatch.setattr(maintain_cli, "run_maintenance_pass", lambda *a, **kw: (_ for _ in ()).throw(OSError("x")))
+    assert run(root, capsys)[0] == 1  # a single pass reports its failure
+
+
 def test_the_log_ages_can_be_chosen(root: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Any] = []
     real = maintain_cli.run_maintenance_pass
