@@ -16,7 +16,7 @@ from typing import Any
 
 from broker_core.cli.common import Context, Output, UsageError, add_command, count, duration_ms
 from broker_core.errors import PulsarException
-from broker_core.jobs.maintain import MaintenanceSchedule, run_maintenance_pass
+from broker_core.jobs.maintain import MaintenanceSchedule, list_topics, run_maintenance_pass
 from broker_core.jobs.maintenance_lease import DEFAULT_LEASE_MS, MaintenanceLease
 from broker_core.jobs.progress import MIN_SAFE_AGE_MS
 
@@ -72,6 +72,7 @@ def _maintain(ctx: Context, args: argparse.Namespace) -> Output:
                              "writes and slow readers could lose files")
     broker = ctx.broker
     schedule = MaintenanceSchedule.from_config(broker, **{k: ms for k, (ms, _) in ages.items() if ms is not None})
+    list_topics(broker, args.namespace)  # an unknown namespace fails now, not as every pass's error
     lease = MaintenanceLease(broker.io, lease_ms=args.lease)
     total = 1 if args.every is None else args.passes
     done = 0

@@ -88,6 +88,7 @@ def test_the_log_ages_can_be_chosen(root: Path, capsys: Any, monkeypatch: pytest
         (["--namespace", "public/default", "--all"], "not allowed with argument"),
         (["--passes", "2"], "--passes goes with --every"),
         (["--namespace", "public/nope"], "namespace public/nope does not exist"),
+        (["--namespace", "public/nope", "--every", "1m"], "namespace public/nope does not exist"),
         (["--vacuum-min-age", "10m"], "--vacuum-min-age is under the safe minimum of 60 minutes"),
         (["--log-retention", "59m"], "--log-retention is under the safe minimum"),
     ],
