@@ -3,6 +3,7 @@
 Run from the repository root::
 
     .venv/bin/python benchmarks/bench_trickle.py [--seconds S] [--segments-per-s R] [--baseline REF] [--repeat N]
+    .venv/bin/python benchmarks/bench_trickle.py --maintain-minutes 30 --segments-per-s 1   # issue #27
 
 Workload (issue #10, "Also measured"): four producer processes each commit a tiny segment (3 messages
 of 100 bytes, ``flush()`` after each) at a paced rate, 100 segments/s each by default, so about 400
@@ -25,6 +26,10 @@ Every figure is measured twice in the same run: on this checkout and on a baseli
 extracted with ``git archive`` into a temporary directory and put first on ``PYTHONPATH`` of its
 worker processes, so the ratio compares code on one machine under one load.  Goals (issue #10): lag
 under 1 s while producers run, and a drain of >= 20,000 msg/s per consumer process.
+
+``--maintain-minutes M`` (issue #27) measures something else: one producer trickles tiny segments for M
+minutes (a consumer acknowledging them) while only ``pubsub maintain --every 1m --execute`` maintains the
+root, and the topic's live segment count and the root's bytes are sampled over time.
 
 This is a benchmark, not a test: nothing is asserted.
 """
@@ -130,6 +135,71 @@ def consumer_worker(args: dict[str, Any]) -> None:
     print(json.dumps({"start": start, "end": time.time(), "cpu": time.process_time() - cpu}), flush=True)
     consumer.close()
     client.close()
+
+
+# --- maintenance under a trickle (issue #27) -------------------------------------------------------------
+
+
+def tree_bytes(root: str) -> int:
+    """Bytes of every file under ``root`` (what the root costs on storage)."""
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(root) for f in files
+               if not f.endswith(".npy"))
+
+
+def live_segments(root: str) -> int:
+    sys.path.insert(0, str(_REPO))
+    from broker_core.broker.broker import Broker
+    from broker_core.naming import TopicName
+
+    log = Broker.for_url(root).topic_log(TopicName.parse(TOPIC), create=False)
+    return len(log.snapshot().segments) if log.exists() else 0
+
+
+def maintain_beside_trickle(base: str | None, minutes: float, rate: float, sample_s: float,
+                            consumer: bool) -> dict[str, Any]:
+    """One producer commits a tiny segment ``rate`` times a second for ``minutes`` (a consumer acknowledges
+    everything unless ``consumer`` is False) while only ``pubsub maintain --every 1m --execute`` maintains
+    the root; every ``sample_s`` seconds print the topic's live segments and the root's bytes."""
+    root = tempfile.mkdtemp(prefix="bench-trickle-maintain-", dir=base)
+    segments = int(minutes * 60 * rate)
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        producer = spawn("producer", {"root": root, "segments": segments, "rate": rate, "index": 0,
+                                      "out": os.path.join(root, "producer-0.npy")}, str(_REPO))
+        procs.append(producer)
+        if consumer:
+            procs.append(spawn("consumer", {"root": root, "count": segments * MESSAGES_PER_SEGMENT,
+                                            "out": os.path.join(root, "consumer.npy")}, str(_REPO)))
+        passes_log = root + ".maintain.jsonl"  # beside the root: a stray file in it is not a tenant
+        with open(passes_log, "w") as out:
+            maintain = subprocess.Popen([sys.executable, "-m", "broker_core.cli", "--root", root, "maintain",
+                                         "--every", "1m", "--execute", "--json"], stdout=out,
+                                        env={**os.environ, "PYTHONPATH": str(_REPO)}, cwd=str(_REPO))
+        assert producer.stdin is not None
+        producer.stdin.write("go\n")
+        producer.stdin.flush()
+        start = time.time()
+        samples: list[tuple[float, int, int]] = []
+        while producer.poll() is None or not samples:
+            time.sleep(sample_s)
+            sample = (time.time() - start, live_segments(root), tree_bytes(root))
+            samples.append(sample)
+            print(f"  t={sample[0]:7.0f} s  live segments {sample[1]:6d}  storage {sample[2]:12,d} bytes", flush=True)
+        maintain.terminate()
+        maintain.wait(60)
+        with open(passes_log) as f:
+            passes = [json.loads(line) for line in f if line.strip()]
+        errors = sum(len(t["errors"]) for p in passes for t in p.get("topics", []))
+        return {"segments_committed": segments, "max_live_segments": max(s[1] for s in samples),
+                "storage_start_bytes": samples[0][2], "storage_end_bytes": samples[-1][2],
+                "storage_max_bytes": max(s[2] for s in samples), "passes": len(passes), "job_errors": errors}
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        shutil.rmtree(root, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(root + ".maintain.jsonl")
 
 
 # --- driver --------------------------------------------------------------------------------------------
@@ -266,11 +336,24 @@ def main() -> None:
                         help="drain without the readahead thread (both checkouts): one thread decodes every segment")
     parser.add_argument("--repeat", type=int, default=1,
                         help="drains per checkout and consumer type, interleaved; the report gives the median")
+    parser.add_argument("--maintain-minutes", type=float, default=None,
+                        help="instead: one producer trickles at --segments-per-s for this long while only "
+                        "`pubsub maintain --every 1m --execute` runs; prints live segments and storage bytes")
+    parser.add_argument("--sample-s", type=float, default=30.0, help="with --maintain-minutes: sampling period")
+    parser.add_argument("--no-consumer", action="store_true", help="with --maintain-minutes: no consumer")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.worker:
         args = json.loads(opts.worker)
         (producer_worker if args["role"] == "producer" else consumer_worker)(args)
+        return
+    if opts.maintain_minutes is not None:
+        print(f"maintain beside a trickle: 1 producer x {opts.segments_per_s:g} segments/s of "
+              f"{MESSAGES_PER_SEGMENT} x {VALUE_BYTES} B for {opts.maintain_minutes:g} min"
+              f"{'' if opts.no_consumer else ', one consumer acknowledging'}", flush=True)
+        figures = maintain_beside_trickle(opts.root, opts.maintain_minutes, opts.segments_per_s, opts.sample_s,
+                                          not opts.no_consumer)
+        print(json.dumps(figures))
         return
     variants = [("this checkout", str(_REPO))]
     base_dir = None

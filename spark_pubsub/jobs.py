@@ -17,6 +17,8 @@ Commands:
   library jobs (``broker_core/jobs``) spread over executors one internal topic per task, with the
   same options as the ``pubsub`` command and, like it, dry runs unless ``--execute``.  The driver
   resolves the internal topics and fixes "now", so every task decides by the same clock.
+- ``maintain --root R [--namespace NS ... | --all] [--execute]``: one maintenance pass (``pubsub
+  maintain``), the topics spread over executors (``spark_pubsub/maintain_job.py``).
 """
 
 from __future__ import annotations
@@ -223,6 +225,38 @@ def _add_library_jobs(commands: Any) -> None:
             parser.add_argument("--unsafe-short-age", action="store_true", help="allow ages under 1h")
 
 
+def _run_maintain(args: argparse.Namespace) -> int:
+    from spark_pubsub.maintain_job import maintain_with_spark
+
+    with _spark_session(args.master, "pubsub-maintain") as spark:
+        summary = maintain_with_spark(spark, args.root, namespaces=args.namespace, execute=args.execute,
+                                      parallelism=args.parallelism, storage_options=_storage(args),
+                                      lease_ms=args.lease)
+    print(json.dumps(summary, default=str))
+    return 0
+
+
+def _add_maintain(commands: Any) -> None:
+    """``maintain``: one maintenance pass (``pubsub maintain``), the topics spread over executors."""
+    from broker_core.cli.common import count
+    from broker_core.cli.maintain import interval_ms
+    from broker_core.jobs.maintenance_lease import DEFAULT_LEASE_MS
+
+    text = "run every maintenance job that is due, on every topic, the topics spread over executors"
+    parser = commands.add_parser("maintain", help=text, description=f"{text} (a dry run unless --execute)")
+    parser.add_argument("--root", required=True, help="the storage root (a folder, file:// or s3:// URL)")
+    _add_storage_option(parser)
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("--namespace", metavar="TENANT/NAMESPACE", action="append",
+                       help="only this namespace (repeatable)")
+    scope.add_argument("--all", action="store_true", help="every namespace of the root (the default)")
+    parser.add_argument("--execute", action="store_true", help="apply the changes (default: a dry run)")
+    parser.add_argument("--parallelism", type=count, default=None, help="Spark tasks (default: cores)")
+    parser.add_argument("--lease", type=interval_ms, default=DEFAULT_LEASE_MS, metavar="DURATION",
+                        help="how long the leader lease lasts unrenewed (default 120s)")
+    parser.set_defaults(run=_run_maintain)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI: one subcommand per job, each with ``run`` set to its driver function."""
     parser = argparse.ArgumentParser(prog="spark_pubsub.jobs",
@@ -243,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="Spark tasks per scan (default: 4 per core)")
     compact.set_defaults(run=_run_compact)
     _add_library_jobs(commands)
+    _add_maintain(commands)
     return parser
 
 

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from broker_core.cli import metrics, reconcile, schemas, subscriptions, tenancy, topics
+from broker_core.cli import maintain, metrics, reconcile, schemas, subscriptions, tenancy, topics
 from broker_core.cli.common import ROOT_ENV, CliParser, Context, UsageError, common_options, dump
 from broker_core.cli.progress import terminal_progress
 from broker_core.errors import InvalidConfiguration, InvalidTopicName, InvalidUrl, PulsarException
@@ -59,6 +59,7 @@ def build_parser() -> CliParser:
     topics.register(commands)
     subscriptions.register(commands)
     reconcile.register(commands)
+    maintain.register(commands)
     schemas.register(commands)
     metrics.register(commands)
     return parser
@@ -102,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     try:
-        if getattr(args, "json", False):
+        if output.printed:
+            pass
+        elif getattr(args, "json", False):
             print(dump(output.data))
         elif output.lines:
             print("\n".join(output.lines))

@@ -47,6 +47,7 @@ class Output:
     data: Any
     lines: list[str] = field(default_factory=list)
     exit_code: int = 0  # non-zero when the command ran but found a problem (``topics check``)
+    printed: bool = False  # the command printed its output itself as it went (``maintain --every``)
 
 
 Handler = Callable[["Context", argparse.Namespace], Output]

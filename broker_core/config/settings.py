@@ -168,6 +168,32 @@ class BrokerConfig(BaseModel):
         description="Refuse producers and consumers without a schema on a topic that has one.",
     )
 
+    retention_check_interval_in_seconds: int = Field(
+        default=120,
+        gt=0,
+        description="How often `pubsub maintain` applies retention to a topic.",
+    )
+    message_expiry_check_interval_in_minutes: int = Field(
+        default=5,
+        gt=0,
+        description="How often `pubsub maintain` expires messages older than the message TTL.",
+    )
+    backlog_quota_check_interval_in_seconds: int = Field(
+        default=60,
+        gt=0,
+        description="How often `pubsub maintain` enforces backlog quotas.",
+    )
+    broker_service_compaction_monitor_interval_in_seconds: int = Field(
+        default=60,
+        gt=0,
+        description="How often `pubsub maintain` checks a topic's compaction threshold.",
+    )
+    broker_service_compaction_threshold_in_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="Compact a topic once this many bytes were written since its last compaction (0: off).",
+    )
+
     # --- spark-pubsub storage settings (not in Pulsar) --------------------------------------------
 
     checkpoint_interval: int = Field(

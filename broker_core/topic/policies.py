@@ -48,6 +48,7 @@ class Policies(BaseModel):
     schema_compatibility_strategy: SchemaCompatibility | None = Field(None, alias="schemaCompatibilityStrategy")
     is_allow_auto_update_schema: bool | None = Field(None, alias="isAllowAutoUpdateSchema")
     schema_validation_enforced: bool | None = Field(None, alias="schemaValidationEnforced")
+    compaction_threshold: int | None = Field(None, alias="compactionThreshold", ge=0)
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True)
@@ -90,6 +91,7 @@ class EffectivePolicies:
     schema_compatibility_strategy: str = "FULL"
     is_allow_auto_update_schema: bool = True
     schema_validation_enforced: bool = False
+    compaction_threshold: int = 0  # bytes since the last compaction that trigger one (0: off)
 
     @classmethod
     def resolve(cls, config: BrokerConfig, *levels: Policies | None) -> EffectivePolicies:
@@ -107,6 +109,7 @@ class EffectivePolicies:
             "schema_compatibility_strategy": config.schema_compatibility_strategy,
             "is_allow_auto_update_schema": config.is_allow_auto_update_schema_enabled,
             "schema_validation_enforced": config.is_schema_validation_enforced,
+            "compaction_threshold": config.broker_service_compaction_threshold_in_bytes,
         }
         for level in levels:
             if level is not None:
