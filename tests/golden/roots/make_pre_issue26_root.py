@@ -8,8 +8,9 @@ Run once with that code on the path, e.g.::
 It holds what those issues changed the reading or writing of: a checkpoint without the summary
 later checkpoints carry (D130), commits after it, dedup ``txn`` actions, a compacted view, and
 cursors without the ``holder`` (D137) or ``activity`` (D161) records; no root marker (D150).
-Topic ``t`` holds ``m0``..``m9`` (keys ``k0``..``k4``); subscription ``s`` acknowledged ``m0``..``m3``; Exclusive subscription ``e`` is
-held by the lease of consumer ``gone``, whose process died.
+Topic ``t`` holds ``m0``..``m9`` (keys ``k0``..``k4``); subscription ``s`` acknowledged
+``m0``..``m3``; Exclusive subscription ``e`` is held by the lease of consumer ``gone``, whose
+process died.
 """
 
 from __future__ import annotations
