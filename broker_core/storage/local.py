@@ -173,7 +173,7 @@ class LocalFileIO:
     def read_bytes(self, path: str) -> bytes | None:
         try:
             fd = self._open_file(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a plain file where a folder would be: no such file
             return None
         except OSError as exc:
             raise self._error("read", path, exc) from exc

@@ -157,3 +157,14 @@ def test_storage_paths_are_the_normalised_join_on_the_fast_path_too(root: str) -
                 contained_path(base, path)
         else:
             assert contained_path(base, path) == full, path
+
+
+def test_a_stray_file_at_the_top_of_a_root_is_no_tenant_and_breaks_no_listing(root: Path, client: Client,
+                                                                               cli: Any) -> None:
+    client.create_producer("t").send(b"x")
+    (root / "consumer.npy").write_bytes(b"left here by a script")  # where a tenant folder would be
+    (root / "public" / "notes.txt").write_text("a namespace's place")
+    code, out, err = cli("tenants", "list")
+    assert code == 0 and out.split() == ["public"], err
+    code, out, err = cli("topics", "list", "public/default")
+    assert code == 0 and "persistent://public/default/t" in out, err
