@@ -38,6 +38,8 @@ Rows (goal: native scan / Parquet <= 1.3):
   map keyed by the file name's hash (Spark's hashed ``element_at``);
 * reference, string-concat ids: the native scan with its message ids built by ``concat`` of
   strings, as before D97 (now ``concat`` of bytes read as a string: the same text, less CPU);
+* reference, no bomb check: the native scan and the DataFrame route with their footer checks against
+  ``maxMessageSize`` off (as before D175/D176): what refusing a decompression bomb costs;
 * reference, join paths: the native scan with its searches and the map turned off (a broadcast join
   on the file name and one on the offset bucket), as before the map (and as on a Spark without
   hashed map lookups, or a topic with more than ``RUN_SEARCH_LIMIT`` layout runs per scan).
@@ -149,6 +151,27 @@ def _string_concat_ids(spark: Any, root: Path) -> Any:
         native_scan.message_id_column = saved
 
 
+def _unchecked(spark: Any, root: Path, *, jvm: bool) -> Any:
+    """``read_topic`` without the bomb check (as before D175/D176): planned files carry no
+    ``maxMessageSize``, so neither the JVM scan's tasks nor the DataFrame route's driver read footers."""
+    import dataclasses
+
+    from spark_pubsub import native_scan
+
+    saved = native_scan.plan_read
+    native_scan.plan_read = lambda options: [dataclasses.replace(p, max_message_bytes=None) for p in saved(options)]
+    try:
+        return read_topic_route(spark, root, jvm=jvm)
+    finally:
+        native_scan.plan_read = saved
+
+
+def read_topic_route(spark: Any, root: Path, *, jvm: bool) -> Any:
+    from spark_pubsub import read_topic
+
+    return read_topic(spark, str(root), topic=TOPIC) if jvm else _dataframe_route(spark, root)
+
+
 def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]:
     """Time every query (see the module docstring); print the figures; return the summary ratios."""
     from spark_pubsub import read_topic
@@ -172,6 +195,8 @@ def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]
         "reference: native scan, file map (search off)": lambda: _searches_off(spark, root, maps=True),
         "reference: native scan, join paths (searches and map off)": lambda: _searches_off(spark, root, maps=False),
         "reference: native scan, message ids as string concat": lambda: _string_concat_ids(spark, root),
+        "reference: native scan, no bomb check (before D175)": lambda: _unchecked(spark, root, jvm=True),
+        "reference: DataFrame route, no bomb check (before D176)": lambda: _unchecked(spark, root, jvm=False),
     }
     walls: dict[str, list[float]] = {name: [] for name in queries}
     cpus: dict[str, list[float]] = {name: [] for name in queries}
@@ -188,7 +213,8 @@ def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]
     for name in queries:
         print(f"  {name:64} {wall[name]:6.2f} s  JVM CPU {cpu[name]:6.2f} s  "
               f"(runs: {', '.join(f'{t:.2f}' for t in walls[name])})", flush=True)
-    parquet, strict, metadata, native, frames, source, floor, file_map, joins, string_ids = queries
+    parquet, strict, metadata, native, frames, source, floor, file_map, joins, string_ids, unchecked, \
+        frames_unchecked = queries
     return [("native scan / Parquet (wall)", wall[native] / wall[parquet]),
             ("native scan / Parquet (JVM CPU)", cpu[native] / cpu[parquet]),
             ("native scan / strict baseline (wall)", wall[native] / wall[strict]),
@@ -207,7 +233,10 @@ def batch_reads(spark: Any, root: Path, repeats: int) -> list[tuple[str, float]]
             ("reference: join paths / Parquet (wall)", wall[joins] / wall[parquet]),
             ("reference: join paths / Parquet (JVM CPU)", cpu[joins] / cpu[parquet]),
             ("reference: DataFrame route / string-concat ids (wall)", wall[frames] / wall[string_ids]),
-            ("reference: DataFrame route / string-concat ids (JVM CPU)", cpu[frames] / cpu[string_ids])]
+            ("reference: DataFrame route / string-concat ids (JVM CPU)", cpu[frames] / cpu[string_ids]),
+            ("reference: native scan / no bomb check (wall)", wall[native] / wall[unchecked]),
+            ("reference: native scan / no bomb check (JVM CPU)", cpu[native] / cpu[unchecked]),
+            ("reference: DataFrame route / no bomb check (wall)", wall[frames] / wall[frames_unchecked])]
 
 
 def print_summary(ratios: list[tuple[str, float]]) -> None:

@@ -158,17 +158,19 @@ def _jar_loader_for_this_thread(spark: SparkSession) -> None:
 
 def plan_text(base: str, plans: list[TopicRead]) -> str:
     """The plan option: per planned file ``F path size rowLo rowHi baseOffset ledgerId partition topic
-    internalTopic`` (strings percent-encoded), then its layout runs ``R lo hi start entryBase size``."""
+    internalTopic maxMessageBytes`` (strings percent-encoded; ``-1``: no footer check), then its layout
+    runs ``R lo hi start entryBase size``."""
     lines = []
     for plan in plans:
         runs = offset_runs(plan.segments)
         topic = _quote(user_topic(plan.topic, plan.partition))
+        limit = -1 if plan.max_message_bytes is None else plan.max_message_bytes
         first = 0  # runs and files both ascend in offsets: each file's runs start where the last one's ended
         for read in plan.segments:
             seg = read.segment
             path = _quote(f"{base}/{plan.topic_path}/{seg.path}")
             lines.append(f"F {path} {seg.size_bytes} {read.row_lo} {read.row_hi} {seg.base_offset} {plan.ledger_id} "
-                         f"{plan.partition} {topic} {_quote(plan.topic)}")
+                         f"{plan.partition} {topic} {_quote(plan.topic)} {limit}")
             lo, hi = seg.base_offset + read.row_lo, seg.base_offset + read.row_hi
             while runs[first].hi <= lo:
                 first += 1

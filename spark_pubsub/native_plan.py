@@ -27,6 +27,7 @@ import pyarrow as pa
 from broker_core.errors import DataLoss
 from broker_core.log.segment_ref import SegmentRef
 from broker_core.log.snapshot import Snapshot
+from broker_core.storage import FileIO
 from broker_core.topic.compacted_view import CompactedTopic
 from broker_core.topic.topic_log import TopicLog
 
@@ -79,6 +80,11 @@ class TopicRead:
     segments: tuple[SegmentRead, ...] = ()
     view: tuple[str, int, int] | None = None
     rows: int = field(default=0)
+    max_message_bytes: int | None = None
+    """The topic's ``maxMessageSize`` (``TopicLog.max_message_bytes``): each segment file's footer is
+    checked against it before its pages are read (D125, D175); None: not checked."""
+    io: FileIO | None = field(default=None, compare=False, repr=False)
+    """The root the plan was made from: the DataFrame route checks footers through it (D176)."""
 
 
 def plan_topic_read(log: TopicLog, *, topic: str, partition: int, start: int, end: int,
@@ -117,7 +123,8 @@ def plan_topic_read(log: TopicLog, *, topic: str, partition: int, start: int, en
             i += 1
     rows = sum(r.row_hi - r.row_lo for r in reads)
     return TopicRead(topic=topic, partition=partition, topic_path=log.path, ledger_id=snap.ledger_id,
-                     snapshot_version=snap.version, segments=tuple(reads), view=view, rows=rows)
+                     snapshot_version=snap.version, segments=tuple(reads), view=view, rows=rows,
+                     max_message_bytes=log.max_message_bytes, io=log.io)
 
 
 def layout_runs(seg: SegmentRef) -> list[tuple[int, int, int, int]]:

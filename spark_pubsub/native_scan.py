@@ -31,6 +31,7 @@ from spark_pubsub.native_ids import FILE, ROW, positions
 from spark_pubsub.native_plan import TopicRead, plan_topic_read
 from spark_pubsub.offsets import read_plan
 from spark_pubsub.options import SourceOptions, parse_options
+from spark_pubsub.scan_bounds import refuse_bombs
 from spark_pubsub.schema import CREATE_TIME, SOURCE_SCHEMA, user_topic
 
 if TYPE_CHECKING:
@@ -104,6 +105,9 @@ def read_topic(
     Raises:
         InvalidConfiguration: a bad option (the same messages as ``format("pubsub")``).
         DataLoss: retention removed offsets in the range and ``failOnDataLoss`` is set.
+        SegmentTooLarge: (DataFrame route) a planned segment's footer declares a message bigger than
+            the topic's ``maxMessageSize``; the JVM route refuses it when the query runs (a Spark
+            error whose message holds ``SegmentTooLarge``, the file and the fix; D175).
     """
     given: dict[str, Any] = {"path": root, "topic": topic, "topics": topics, "topicsPattern": topicsPattern,
                              "startingOffsets": startingOffsets, "endingOffsets": endingOffsets,
@@ -190,6 +194,7 @@ def scan_plans(spark: SparkSession, base: str, plans: list[TopicRead], *, fail_o
         frames.append(jvm_scan.scan_segments(spark, base, segments, fail_on_data_loss=fail_on_data_loss))
     for plan in plans:
         if plan.segments and not jvm:
+            refuse_bombs(plan)  # the JVM scan checks footers in its tasks (D175, D176)
             frames.append(_segment_frame(spark, base, plan, fail_on_data_loss))
         if plan.view is not None:
             frames.append(_view_frame(spark, base, plan, fail_on_data_loss))

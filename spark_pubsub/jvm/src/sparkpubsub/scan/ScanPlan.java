@@ -9,8 +9,8 @@ import java.util.List;
 /**
  * The driver's plan of a read, as spark_pubsub.native_plan computes it, parsed from the text the
  * Python driver passes as the "plan" option: one line per planned segment file
- * ({@code F path sizeBytes rowLo rowHi baseOffset ledgerId partition topic internalTopic}, strings
- * percent-encoded) followed by the layout runs that give its rows their message ids
+ * ({@code F path sizeBytes rowLo rowHi baseOffset ledgerId partition topic internalTopic maxMessageBytes},
+ * strings percent-encoded; a line without the last field reads the file unbounded) followed by the layout runs that give its rows their message ids
  * ({@code R lo hi start entryBase size}, in the offset space, size -1 for single entries).
  */
 final class ScanPlan {
@@ -28,6 +28,8 @@ final class ScanPlan {
         final int partition;
         final String topic;
         final String internalTopic;
+        /** maxMessageSize of the file's topic: its footer is checked against it (SegmentBounds); -1: not. */
+        final long maxMessageBytes;
         long[] runs = new long[0]; // lo, hi, start, entryBase, size per run, flattened
 
         FileRead(String[] f) {
@@ -40,6 +42,7 @@ final class ScanPlan {
             partition = Integer.parseInt(f[7]);
             topic = decode(f[8]);
             internalTopic = decode(f[9]);
+            maxMessageBytes = f.length > 10 ? Long.parseLong(f[10]) : -1;
         }
     }
 
@@ -50,7 +53,7 @@ final class ScanPlan {
                 continue;
             }
             String[] f = line.split(" ");
-            if (f[0].equals("F") && f.length == 10) {
+            if (f[0].equals("F") && (f.length == 10 || f.length == 11)) {
                 files.add(new FileRead(f));
             } else if (f[0].equals("R") && f.length == 6 && !files.isEmpty()) {
                 FileRead last = files.get(files.size() - 1);

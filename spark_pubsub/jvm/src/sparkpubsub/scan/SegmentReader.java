@@ -10,6 +10,11 @@ import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.mapreduce.TaskAttemptID;
 import org.apache.hadoop.mapred.FileSplit;
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl;
+import org.apache.parquet.HadoopReadOptions;
+import org.apache.parquet.hadoop.ParquetFileReader;
+import org.apache.parquet.hadoop.metadata.ParquetMetadata;
+import org.apache.parquet.hadoop.util.HadoopInputFile;
+import org.apache.parquet.io.SeekableInputStream;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.classic.SparkSession;
@@ -26,6 +31,7 @@ import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
 import org.apache.spark.util.SerializableConfiguration;
+import scala.Option;
 
 /** Reads one planned segment file into batches of the source's (pruned) schema. */
 final class SegmentReader implements PartitionReader<ColumnarBatch> {
@@ -160,8 +166,25 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         VectorizedParquetRecordReader opened = new VectorizedParquetRecordReader(
             null, "CORRECTED", "UTC", "CORRECTED", "UTC", false, capacity);
         try {
-            FileSplit split = new FileSplit(new Path(file.path), 0, Long.MAX_VALUE, new String[0]);
-            opened.initialize(split, new TaskAttemptContextImpl(conf, new TaskAttemptID()));
+            Path path = new Path(file.path);
+            FileSplit split = new FileSplit(path, 0, Long.MAX_VALUE, new String[0]);
+            TaskAttemptContextImpl context = new TaskAttemptContextImpl(conf, new TaskAttemptID());
+            if (file.maxMessageBytes < 0) {
+                opened.initialize(split, context);
+            } else {
+                // the footer is read once, here: checked (D175), then handed to the reader with its stream
+                HadoopInputFile input = HadoopInputFile.fromPath(path, conf);
+                SeekableInputStream stream = input.newStream();
+                try {
+                    ParquetMetadata footer = ParquetFileReader.readFooter(
+                        input, HadoopReadOptions.builder(conf, path).build(), stream);
+                    SegmentBounds.check(file, footer.getBlocks());
+                    opened.initialize(split, context, Option.apply(input), Option.apply(stream), Option.apply(footer));
+                } catch (IOException | RuntimeException e) {
+                    stream.close();
+                    throw e;
+                }
+            }
             opened.initBatch(new StructType(), InternalRow.empty());
             opened.enableReturningBatches();
         } catch (FileNotFoundException e) {
