@@ -40,9 +40,9 @@ from broker_core.broker.broker import Broker
 from broker_core.broker.tenancy import topic_dir
 from broker_core.errors import BrokerPersistenceError, LogCorrupted, SegmentCorrupted, SymlinkRefused
 from broker_core.jobs.progress import JobSummary, check_flag, existing_log, resolve_targets, run_each
-from broker_core.log.actions import Action, Remove, decode_actions
+from broker_core.log.actions import Action, Remove
 from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, checkpoint_path, read_checkpoint, write_checkpoint
-from broker_core.log.checkpoint_verify import verify_checkpoint
+from broker_core.log.checkpoint_verify import replayed_state, verify_checkpoint
 from broker_core.log.gaps import commit_path, commit_versions
 from broker_core.log.segment import read_segment_checked
 from broker_core.log.segment_ref import SegmentRef
@@ -195,36 +195,10 @@ def _check_checkpoints(io: FileIO, path: str, findings: list[Finding]) -> list[i
     return bad
 
 
-def _snapshot_at(io: FileIO, path: str, version: int, bad: set[int]) -> Snapshot | None:
-    """The state at ``version`` replayed from JSON: from the newest readable checkpoint below it (not
-    one of ``bad``), else from version 0; None when a commit on the way is missing."""
-    base: Snapshot | None = None
-    for name in sorted(io.list_dir(f"{path}/{LOG_DIR}"), reverse=True):
-        match = _CHECKPOINT_RE.match(name)
-        v = int(match.group(1)) if match else -1
-        if match and v < version and v not in bad:
-            try:
-                base = read_checkpoint(io, path, v)
-                break
-            except LogCorrupted:
-                continue
-    if base is None:
-        first = io.read_bytes(commit_path(path, 0))
-        if first is None:
-            return None
-        base = Snapshot.from_actions(0, decode_actions(first, version=0))
-    while base.version < version:
-        data = io.read_bytes(commit_path(path, base.version + 1))
-        if data is None:
-            return None
-        base = base.apply(base.version + 1, decode_actions(data, version=base.version + 1))
-    return base
-
-
 def _rebuild_checkpoints(io: FileIO, path: str, bad: list[int]) -> list[str]:
     done = []
     for version in sorted(v for v in bad if v >= 0):
-        state = _snapshot_at(io, path, version, set(bad))
+        state = replayed_state(io, path, version, skip=set(bad))
         if state is None:
             continue  # the commits before it are gone: readers keep skipping it
         io.delete(checkpoint_path(path, version))

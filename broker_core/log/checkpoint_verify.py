@@ -9,6 +9,7 @@ state does not name, replay the commits instead and compare: ``check`` reports a
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 import pyarrow.parquet as pq
 
@@ -28,13 +29,15 @@ def checkpoint_versions(io: FileIO, table_path: str) -> list[int]:
     return sorted(int(m.group(1)) for n in io.list_dir(f"{table_path}/{LOG_DIR}") if (m := _CHECKPOINT_RE.match(n)))
 
 
-def replayed_state(io: FileIO, table_path: str, version: int, *, below: int | None = None) -> Snapshot | None:
+def replayed_state(io: FileIO, table_path: str, version: int, *, below: int | None = None,
+                   skip: Collection[int] = ()) -> Snapshot | None:
     """The state at ``version`` replayed from the JSON commits, starting at the newest readable
-    checkpoint older than ``below`` (default: ``version``), else at version 0; None when no such
-    start exists or a commit on the way is missing (the state cannot be confirmed)."""
+    checkpoint older than ``below`` (default: ``version``) and not in ``skip`` (checkpoints known to
+    be bad), else at version 0; None when no such start exists or a commit on the way is missing (the
+    state cannot be confirmed)."""
     limit = version if below is None else below
     base: Snapshot | None = None
-    for v in reversed([v for v in checkpoint_versions(io, table_path) if v < limit]):
+    for v in reversed([v for v in checkpoint_versions(io, table_path) if v < limit and v not in skip]):
         try:
             base = read_checkpoint(io, table_path, v)
             break
