@@ -19,7 +19,7 @@ from broker_core.broker.handles import shared_cursor_store, shared_topic_log
 from broker_core.broker.root import resolve_root
 from broker_core.broker.tenancy import topic_dir
 from broker_core.config.settings import BrokerConfig
-from broker_core.errors import InvalidConfiguration, NotAllowedError
+from broker_core.errors import InvalidConfiguration, LogCorrupted, NotAllowedError
 from broker_core.log.checkpoint import LOG_DIR
 from broker_core.naming import TopicName
 from broker_core.schema.attach import SchemaRegistries
@@ -102,7 +102,11 @@ class Broker:
             )
         path = topic_dir(topic)
         # reads refuse bigger messages (D125): the limit producers of this configuration write under
-        limit = max(self.config.max_message_size, self.policies.effective(topic).max_message_size)
+        try:
+            policy_limit = self.policies.effective(topic).max_message_size
+        except LogCorrupted:  # a damaged policy record: `topics check` reports it; the log still opens
+            policy_limit = self.config.max_message_size
+        limit = max(self.config.max_message_size, policy_limit)
 
         def open_log() -> TopicLog:
             log = TopicLog(

@@ -34,8 +34,9 @@ def _check(root: Root, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.M
     monkeypatch.delenv("PUBSUB_ROOT", raising=False)
     capsys.readouterr()
     code = main(["--root", root.url, "topics", "check", "t", "--json"])
-    out = capsys.readouterr().out
-    return code, json.loads(out)
+    out = capsys.readouterr()
+    assert out.out, out.err
+    return code, json.loads(out.out)
 
 
 @pytest.fixture
