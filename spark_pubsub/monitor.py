@@ -80,10 +80,10 @@ class PubSubLagListener(StreamingQueryListener):
         self.board = lag.BOARD if board is None else board
 
     def onQueryStarted(self, event: Any) -> None:
-        pass
+        """Nothing to publish before the query's first progress (Spark requires the method)."""
 
     def onQueryIdle(self, event: Any) -> None:
-        pass
+        """An idle trigger leaves the last progress's figures standing."""
 
     def onQueryProgress(self, event: Any) -> None:
         try:

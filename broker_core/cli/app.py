@@ -103,12 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     try:
-        if output.printed:
-            pass
-        elif getattr(args, "json", False):
-            print(dump(output.data))
-        elif output.lines:
-            print("\n".join(output.lines))
+        if not output.printed:  # a command that printed as it went (``maintain --every``) is done
+            if getattr(args, "json", False):
+                print(dump(output.data))
+            elif output.lines:
+                print("\n".join(output.lines))
         sys.stdout.flush()
     except BrokenPipeError:  # `pubsub ... | head`: the reader left; the command itself succeeded
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
