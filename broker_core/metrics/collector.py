@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from broker_core.clock import SYSTEM_CLOCK, Clock
-from broker_core.metrics import lag
+from broker_core.metrics import lag, maintenance
 from broker_core.metrics.sampling import Sampler, TopicSample, topic_in_rates
 
 Row = tuple[tuple[str, ...], float]
@@ -68,7 +68,7 @@ SCRAPE_GAUGES: dict[str, str] = {
 
 def exported_names() -> set[str]:
     """Every metric family name the exporter can produce (the dashboard test checks against it)."""
-    return {*TOPIC_GAUGES, *SUBSCRIPTION_GAUGES, *SCRAPE_GAUGES, *lag.GAUGES}
+    return {*TOPIC_GAUGES, *SUBSCRIPTION_GAUGES, *SCRAPE_GAUGES, *lag.GAUGES, *maintenance.GAUGES}
 
 
 class PulsarCollector(Collector):
@@ -80,6 +80,7 @@ class PulsarCollector(Collector):
         self.cluster = cluster
         self.clock = clock
         self.spark_lag = lag.BOARD if spark_lag is None else spark_lag
+        self.maintenance = maintenance.MaintenanceReader(sampler.broker, refresh_s=sampler.inventory_refresh_s)
         self.last_duration_s = 0.0
         self.last_requests: dict[str, int] = {}
         self._label_text: dict[tuple[str, ...], str] = {}
@@ -91,6 +92,7 @@ class PulsarCollector(Collector):
         before = dict(getattr(io, "request_counts", {}))
         started = time.perf_counter()
         samples = self.sampler.sample_all(now_ms)
+        upkeep = self.maintenance.rows(self.cluster, now_ms)
         self.last_duration_s = time.perf_counter() - started
         after = dict(getattr(io, "request_counts", {}))
         self.last_requests = {kind: after[kind] - before.get(kind, 0) for kind in after}
@@ -108,6 +110,7 @@ class PulsarCollector(Collector):
                                [((self.cluster, kind), n) for kind, n in sorted(self.last_requests.items())]))
         families += [Family(name, lag.GAUGES[name], lag.LABELS, rows)
                      for name, rows in self.spark_lag.rows(self.cluster).items()]
+        families += [Family(name, maintenance.GAUGES[name], names, rows) for name, (names, rows) in upkeep.items()]
         return families
 
     def collect(self) -> Iterator[Metric]:
