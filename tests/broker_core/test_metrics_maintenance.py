@@ -1,17 +1,19 @@
-"""The exporter publishes the maintenance pass's results from what the pass commits (last-run times per
-job, the last executed pass's summary, the lease's holder), on a folder and on S3; a dry run records no
-summary; a warm scrape costs no request for them."""
+"""The exporter publishes ``pulsar_subscription_delayed`` and the maintenance pass's results from
+what the pass commits (last-run times per job, the last executed pass's summary, the lease's holder), on
+a folder and on S3; a dry run records no summary; a warm scrape costs no request for them."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from moto_s3 import Root
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker_core import BrokerConfig, Client
+from broker_core import BrokerConfig, Client, ConsumerType, InitialPosition
 from broker_core.clock import ManualClock
 from broker_core.jobs import maintain
 from broker_core.jobs.maintenance_lease import MaintenanceLease
@@ -125,3 +127,48 @@ def test_warm_scrapes_read_the_maintenance_documents_only_with_the_inventory(
         assert collector.last_requests.get("GET") == 1
     fresh = PulsarCollector(Sampler(broker, inventory_refresh_s=0.0), clock=clock)
     assert families(exposition(fresh))["pubsub_maintenance_last_pass_jobs"][C] == len(maintain.JOBS)
+
+
+def test_delayed_messages_are_counted_per_subscription_until_their_time_comes(client: Client, any_root: Root) -> None:
+    """``pulsar_subscription_delayed``: unacked messages whose deliver-at time is in the future; a warm
+    scrape of the unchanged topic reads no segment again."""
+    topic = "persistent://public/default/later"
+    shared = ConsumerType.Shared
+    consumer = client.subscribe(topic, "s", consumer_type=shared, initial_position=InitialPosition.Earliest)
+    client.subscribe(topic, "idle", consumer_type=shared, initial_position=InitialPosition.Earliest).close()
+    producer = client.create_producer(topic, batching_enabled=False)
+    now_ms = int(time.time() * 1000)
+    for i in range(3):
+        producer.send(f"now{i}".encode())
+    producer.send(b"hour", deliver_after=timedelta(hours=1))
+    producer.send(b"day", deliver_at=now_ms + 86_400_000)
+    producer.send(b"past", deliver_at=now_ms - 1_000)
+    for _ in range(4):  # the three immediate ones and the one already due
+        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    consumer.close()
+    clock = ManualClock(now_ms)
+    collector = PulsarCollector(Sampler(client._broker), clock=clock)
+    s, idle = ((*C, ("namespace", "public/default"), ("subscription", n), ("topic", topic)) for n in ("s", "idle"))
+    got = families(exposition(collector))
+    assert got["pulsar_subscription_delayed"][s] == 2
+    assert got["pulsar_subscription_back_log"][s] == 2
+    assert got["pulsar_subscription_delayed"][idle] == 2
+    got = families(exposition(collector))
+    if any_root.is_s3:  # the log and two cursors, one GET each: no segment read again
+        assert collector.last_requests.get("GET") == 3
+    assert got["pulsar_subscription_delayed"][s] == 2
+    clock.advance(2 * 3_600_000)  # the hour has passed, the day has not
+    got = families(exposition(collector))
+    assert got["pulsar_subscription_delayed"][s] == 1
+    assert got["pulsar_subscription_delayed"][idle] == 1
+    clock.advance(86_400_000)
+    assert families(exposition(collector))["pulsar_subscription_delayed"][s] == 0
+
+
+def test_a_topic_without_delayed_messages_exports_zero(client: Client) -> None:
+    topic = "persistent://public/default/plain"
+    client.subscribe(topic, "s", initial_position=InitialPosition.Earliest).close()
+    client.create_producer(topic).send(b"x")
+    got = families(exposition(PulsarCollector(Sampler(client._broker))))
+    key = (*C, ("namespace", "public/default"), ("subscription", "s"), ("topic", topic))
+    assert got["pulsar_subscription_delayed"][key] == 0
