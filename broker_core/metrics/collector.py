@@ -20,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from broker_core.broker.tenancy import topic_dir
 from broker_core.clock import SYSTEM_CLOCK, Clock
 from broker_core.metrics import lag, maintenance
 from broker_core.metrics.delayed import DelayedCounter
@@ -151,8 +152,7 @@ class PulsarCollector(Collector):
         subs = sample.subscriptions
         if not any(s.backlog for s in subs.values()):
             return dict.fromkeys(subs, 0)
-        path = self.sampler.broker.topic_log(sample.topic, create=False).path
-        return self.delayed.count(sample.topic, path, sample.snapshot,
+        return self.delayed.count(sample.topic, topic_dir(sample.topic), sample.snapshot,
                                   {name: s.first_unacked for name, s in subs.items()},
                                   {name: s.doc for name, s in subs.items()}, now_ms)
 
