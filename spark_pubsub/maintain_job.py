@@ -26,6 +26,7 @@ from broker_core.jobs.maintain import (
     MaintenanceSchedule,
     due_jobs,
     list_topics,
+    pass_summary,
     read_last_runs,
     record_last_runs,
     run_topic,
@@ -114,9 +115,10 @@ def maintain_with_spark(spark: SparkSession, root: str, *, namespaces: Sequence[
     if renewer.lost or not lease.renew():
         out["status"] = "lease-lost"
     else:
-        if execute:
-            record_last_runs(state, {r["report"]["topic"]: r["ran"] for r in results if r["ran"]})
         out["status"] = "done"
+        if execute:
+            record_last_runs(state, {r["report"]["topic"]: r["ran"] for r in results if r["ran"]},
+                             pass_summary(out, lease.clock.now_ms()))
         lease.release()
     out["elapsedMs"] = (time.monotonic() - started) * 1000
     return out

@@ -199,7 +199,8 @@ def run_topic(broker: Broker, topic: str, jobs: Iterable[str], *, schedule: Main
 
 
 def state_store(broker: Broker) -> VersionedState:
-    """The durable last-run times: ``{"lastRun": {topic: {job: epoch ms}}}``."""
+    """The durable last-run times, ``{"lastRun": {topic: {job: epoch ms}}, "lastPass": {...}}``
+    (``lastPass``: the last executed pass's summary, ``pass_summary``; docs/PROTOCOL.md)."""
     return VersionedState(broker.io, STATE_DIR, keep_versions=20)
 
 
@@ -209,16 +210,36 @@ def read_last_runs(state: VersionedState) -> dict[str, dict[str, int]]:
     return {t: {j: int(ms) for j, ms in jobs.items()} for t, jobs in last.items()}
 
 
-def record_last_runs(state: VersionedState, runs: dict[str, dict[str, int]]) -> None:
-    """Merge ``runs`` into the stored last-run times (one put-if-absent commit)."""
-    if not runs:
+def read_last_pass(state: VersionedState) -> dict[str, Any] | None:
+    """The last executed pass's summary (``pass_summary``), None before the first one recorded it."""
+    _, doc = state.latest()
+    last = (doc or {}).get("lastPass")
+    return last if isinstance(last, dict) else None
+
+
+def pass_summary(out: dict[str, Any], ended_ms: int) -> dict[str, Any]:
+    """What the state keeps of an executed pass, for the exporter: its end, outcome and counts."""
+    topics = out["topics"]
+    return {"endedMs": ended_ms, "startedMs": out["startedMs"], "holder": out["holder"], "status": out["status"],
+            "topics": len(topics), "jobsRun": sum(len(t["jobs"]) + len(t["errors"]) for t in topics),
+            "errors": sum(len(t["errors"]) for t in topics)}
+
+
+def record_last_runs(state: VersionedState, runs: dict[str, dict[str, int]],
+                     last_pass: dict[str, Any] | None = None) -> None:
+    """Merge ``runs`` into the stored last-run times, and replace ``lastPass`` when given (one
+    put-if-absent commit); other keys of the document are kept."""
+    if not runs and last_pass is None:
         return
 
     def merge(doc: Document | None) -> Document:
         last = dict((doc or {}).get("lastRun") or {})
         for topic, jobs in runs.items():
             last[topic] = {**last.get(topic, {}), **jobs}
-        return {"lastRun": last}
+        merged = {**(doc or {}), "lastRun": last}
+        if last_pass is not None:
+            merged["lastPass"] = last_pass
+        return merged
 
     state.update(merge)
 
@@ -281,7 +302,7 @@ def run_maintenance_pass(
             if clock.now_ms() - flushed_ms >= RECORD_EVERY_MS:
                 record_last_runs(state, pending)
                 pending, flushed_ms = {}, clock.now_ms()
-        record_last_runs(state, pending)
+        record_last_runs(state, pending, pass_summary(out, clock.now_ms()) if execute else None)
     finally:
         if out["status"] == "done":
             lease.release()
@@ -297,6 +318,8 @@ __all__ = [
     "compaction_backlog_bytes",
     "due_jobs",
     "list_topics",
+    "pass_summary",
+    "read_last_pass",
     "read_last_runs",
     "record_last_runs",
     "run_job",

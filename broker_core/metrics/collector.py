@@ -20,8 +20,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from broker_core.broker.tenancy import topic_dir
 from broker_core.clock import SYSTEM_CLOCK, Clock
-from broker_core.metrics import lag
+from broker_core.metrics import lag, maintenance
+from broker_core.metrics.delayed import DelayedCounter
 from broker_core.metrics.sampling import Sampler, TopicSample, topic_in_rates
 
 Row = tuple[tuple[str, ...], float]
@@ -59,6 +61,7 @@ SUBSCRIPTION_GAUGES: dict[str, str] = {
     "pulsar_subscription_msg_rate_out": "Messages per second acknowledged by the subscription (last minute)",
     "pulsar_subscription_msg_throughput_out": "Bytes per second consumed by the subscription (last minute)",
     "pulsar_subscription_msg_rate_redeliver": "Messages per second redelivered (last minute)",
+    "pulsar_subscription_delayed": "Unacknowledged messages whose deliver-at time is still in the future",
 }
 SCRAPE_GAUGES: dict[str, str] = {
     "pubsub_metrics_scrape_duration_seconds": "Seconds the last scrape took to read storage",
@@ -68,7 +71,7 @@ SCRAPE_GAUGES: dict[str, str] = {
 
 def exported_names() -> set[str]:
     """Every metric family name the exporter can produce (the dashboard test checks against it)."""
-    return {*TOPIC_GAUGES, *SUBSCRIPTION_GAUGES, *SCRAPE_GAUGES, *lag.GAUGES}
+    return {*TOPIC_GAUGES, *SUBSCRIPTION_GAUGES, *SCRAPE_GAUGES, *lag.GAUGES, *maintenance.GAUGES}
 
 
 class PulsarCollector(Collector):
@@ -80,6 +83,8 @@ class PulsarCollector(Collector):
         self.cluster = cluster
         self.clock = clock
         self.spark_lag = lag.BOARD if spark_lag is None else spark_lag
+        self.delayed = DelayedCounter(sampler.broker.io)
+        self.maintenance = maintenance.MaintenanceReader(sampler.broker, refresh_s=sampler.inventory_refresh_s)
         self.last_duration_s = 0.0
         self.last_requests: dict[str, int] = {}
         self._label_text: dict[tuple[str, ...], str] = {}
@@ -91,13 +96,16 @@ class PulsarCollector(Collector):
         before = dict(getattr(io, "request_counts", {}))
         started = time.perf_counter()
         samples = self.sampler.sample_all(now_ms)
+        delayed = {sample.topic: self._delayed(sample, now_ms) for sample in samples}
+        self.delayed.forget_except(set(delayed))
+        upkeep = self.maintenance.rows(self.cluster, now_ms)
         self.last_duration_s = time.perf_counter() - started
         after = dict(getattr(io, "request_counts", {}))
         self.last_requests = {kind: after[kind] - before.get(kind, 0) for kind in after}
         topic: dict[str, list[Row]] = {name: [] for name in TOPIC_GAUGES}
         sub: dict[str, list[Row]] = {name: [] for name in SUBSCRIPTION_GAUGES}
         for sample in samples:
-            self._topic(sample, now_ms, topic, sub)
+            self._topic(sample, now_ms, topic, sub, delayed[sample.topic])
         families = [Family(name, TOPIC_GAUGES[name], TOPIC_LABELS, rows) for name, rows in topic.items()]
         families += [Family(name, SUBSCRIPTION_GAUGES[name], SUBSCRIPTION_LABELS, rows) for name, rows in sub.items()]
         families.append(Family("pubsub_metrics_scrape_duration_seconds",
@@ -108,6 +116,7 @@ class PulsarCollector(Collector):
                                [((self.cluster, kind), n) for kind, n in sorted(self.last_requests.items())]))
         families += [Family(name, lag.GAUGES[name], lag.LABELS, rows)
                      for name, rows in self.spark_lag.rows(self.cluster).items()]
+        families += [Family(name, maintenance.GAUGES[name], names, rows) for name, (names, rows) in upkeep.items()]
         return families
 
     def collect(self) -> Iterator[Metric]:
@@ -139,8 +148,16 @@ class PulsarCollector(Collector):
         self._label_text = fresh  # labels of topics gone since the last scrape are dropped
         return "".join(out)
 
+    def _delayed(self, sample: TopicSample, now_ms: int) -> dict[str, int]:
+        subs = sample.subscriptions
+        if not any(s.backlog for s in subs.values()):
+            return dict.fromkeys(subs, 0)
+        return self.delayed.count(sample.topic, topic_dir(sample.topic), sample.snapshot,
+                                  {name: s.first_unacked for name, s in subs.items()},
+                                  {name: s.doc for name, s in subs.items()}, now_ms)
+
     def _topic(self, sample: TopicSample, now_ms: int, topic: dict[str, list[Row]],
-               sub: dict[str, list[Row]]) -> None:
+               sub: dict[str, list[Row]], delayed: dict[str, int]) -> None:
         labels = (self.cluster, sample.namespace, str(sample.topic))
         rate_in, throughput_in = topic_in_rates(sample, now_ms)
         live = sample.snapshot.next_offset - sample.snapshot.first_offset
@@ -159,6 +176,7 @@ class PulsarCollector(Collector):
             sub["pulsar_subscription_msg_rate_out"].append((key, recent.msg_rate_out))
             sub["pulsar_subscription_msg_throughput_out"].append((key, recent.msg_rate_out * bytes_per_msg))
             sub["pulsar_subscription_msg_rate_redeliver"].append((key, recent.msg_rate_redeliver))
+            sub["pulsar_subscription_delayed"].append((key, delayed.get(name, 0)))
         subs = sample.subscriptions.values()
         topic["pulsar_rate_in"].append((labels, rate_in))
         topic["pulsar_rate_out"].append((labels, rate_out))

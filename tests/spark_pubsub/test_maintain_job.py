@@ -11,7 +11,7 @@ import pytest
 
 from broker_core import Client
 from broker_core.broker.broker import Broker
-from broker_core.jobs.maintain import JOBS, read_last_runs, state_store
+from broker_core.jobs.maintain import JOBS, read_last_pass, read_last_runs, state_store
 from broker_core.jobs.maintenance_lease import MaintenanceLease
 from spark_pubsub.jobs import main
 
@@ -52,6 +52,10 @@ def test_maintain_runs_every_due_job_in_tasks_and_records_last_runs(
     assert {t["topic"]: sorted(t["jobs"]) for t in summary["topics"]} == {t: sorted(JOBS) for t in TOPICS}
     assert all(t["jobs"]["retention"]["changed"] for t in summary["topics"])  # no subscription holds them
     assert set(read_last_runs(state_store(Broker.for_url(root)))) == set(TOPICS)
+    last = read_last_pass(state_store(Broker.for_url(root)))  # what the exporter publishes
+    assert last is not None
+    assert (last["status"], last["topics"], last["jobsRun"], last["errors"]) == (
+        "done", len(TOPICS), len(TOPICS) * len(JOBS), 0)
     assert spark_job(capsys, "maintain", "--root", root, "--execute")["topics"] == []  # nothing due yet
 
 
