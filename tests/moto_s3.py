@@ -142,7 +142,7 @@ def refusing_metadata_service() -> Iterator[str]:
         do_GET = do_PUT = _refuse
 
         def log_message(self, *args: Any) -> None:
-            pass
+            """Keep the test output quiet (the base class logs each request to stderr)."""
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

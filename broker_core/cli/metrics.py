@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import threading
 from typing import Any
 
@@ -74,9 +75,8 @@ def _serve(ctx: Context, args: argparse.Namespace) -> Output:
     running = serve(collector, host=args.host, port=args.port)  # a port in use: InvalidConfiguration
     print(f"serving Pulsar metrics of {ctx.broker.io.root_uri} on {running.url} (Ctrl-C stops)", flush=True)
     try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how the server is stopped
+            threading.Event().wait()
     finally:
         running.close()
     return Output({"url": running.url, "stopped": True}, ["stopped"])

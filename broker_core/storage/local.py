@@ -324,12 +324,10 @@ class LocalFileIO:
         parts, name = self._split(path)
         trash_parts = TRASH_DIR.split("/")
         try:
-            try:  # a linked trash (or ``_pubsub``) raises ``SymlinkRefused``: nothing is removed
-                with self._dir(TRASH_DIR, trash_parts) as trash:
-                    for leftover in os.listdir(trash):
-                        nofollow.remove_entry(trash, leftover)
-            except FileNotFoundError:
-                pass
+            # a linked trash (or ``_pubsub``) raises ``SymlinkRefused``: nothing is removed; no trash yet: fine
+            with contextlib.suppress(FileNotFoundError), self._dir(TRASH_DIR, trash_parts) as trash:
+                for leftover in os.listdir(trash):
+                    nofollow.remove_entry(trash, leftover)
             if self._lstat(path) is None:
                 return
             with nofollow.dir_fd_of(self._root, trash_parts, path=TRASH_DIR, create_from=0) as trash, \
@@ -372,9 +370,7 @@ class LocalFileIO:
         if anchor is not None:
             base = os.path.relpath(self.abs_path(anchor), self._root)
             base_parts = [] if base == os.curdir else base.split(os.sep)
-            if parts == base_parts:
-                pass
-            elif parts[:len(base_parts)] != base_parts or len(parts) <= len(base_parts):
+            if parts != base_parts and (parts[:len(base_parts)] != base_parts or len(parts) <= len(base_parts)):
                 raise ValueError(f"{path!r} is not below its anchor {anchor!r}")
             create_from = len(base_parts)
         elif not os.path.isdir(self._root):  # as ``os.makedirs`` did before writes walked from the root

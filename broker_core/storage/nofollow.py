@@ -37,11 +37,9 @@ def open_checked(root: str, real_root: str, relative: str, flags: int) -> int | 
         fd = os.open(f"{root.rstrip('/')}/{relative}", flags)
     except OSError:
         return None
-    try:
+    with contextlib.suppress(OSError):  # no /proc: the caller walks instead
         if os.readlink(f"/proc/self/fd/{fd}") == f"{real_root.rstrip('/')}/{relative}":
             return fd
-    except OSError:
-        pass
     os.close(fd)
     return None
 
