@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from metrics_helpers import families
 from moto_s3 import MotoS3, Root
-from prometheus_client.parser import text_string_to_metric_families
 
 from broker_core import BrokerConfig, Client, InitialPosition
 from broker_core.cli import main
@@ -52,12 +52,6 @@ def fill(client: Client) -> None:
     producer.flush()
 
 
-def families(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-    return out
 
 
 def labels(topic: str, subscription: str | None = None) -> tuple[tuple[str, str], ...]:

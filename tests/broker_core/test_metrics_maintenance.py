@@ -10,8 +10,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from metrics_helpers import C, families
 from moto_s3 import Root
-from prometheus_client.parser import text_string_to_metric_families
 
 from broker_core import BrokerConfig, Client, ConsumerType, InitialPosition
 from broker_core.clock import ManualClock
@@ -22,7 +22,6 @@ from broker_core.metrics.exporter import exposition
 from broker_core.metrics.sampling import Sampler
 
 START_MS = 1_700_000_000_000
-C = (("cluster", "standalone"),)
 
 
 @pytest.fixture
@@ -32,12 +31,6 @@ def client(any_root: Root) -> Iterator[Client]:
     c.close()
 
 
-def families(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-    return out
 
 
 def job(name: str) -> tuple[tuple[str, str], ...]:
