@@ -19,8 +19,8 @@ from spark_pubsub.source import PubSubDataSource
 
 
 def monitor(query: Any, root: str, **kwargs: Any) -> Any:
-    """Publish a streaming query's lag after each micro-batch (``spark_pubsub.monitor.monitor``)."""
-    from spark_pubsub.monitor import monitor as start
+    """Publish a streaming query's lag after each micro-batch (``spark_pubsub.lag_listener.monitor``)."""
+    from spark_pubsub.lag_listener import monitor as start
 
     return start(query, root, **kwargs)
 

@@ -1,5 +1,6 @@
 """``spark_pubsub.jobs maintain``: the maintenance pass with the topics spread over Spark tasks; the
-driver holds the lease and records the last-run times."""
+driver holds the lease and records the last-run times, on a folder and on S3 (the tasks reach the
+emulator through the ``AWS_*`` environment, the driver through ``--storage-option`` as well)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from moto_s3 import Root
 
 from broker_core import Client
 from broker_core.broker.broker import Broker
@@ -18,11 +20,11 @@ from spark_pubsub.jobs import main
 TOPICS = [f"persistent://public/default/m{i}" for i in range(3)]
 
 
-def make_root(tmp_path: Path) -> str:
-    root = tmp_path / "root"
-    (root / "_pubsub").mkdir(parents=True)
-    (root / "_pubsub" / "broker.toml").write_text("fsyncEnabled = false\n")
-    client = Client(str(root))
+def make_root(root: Root) -> Root:
+    if not root.is_s3:  # fsync off, as every Spark test root (on S3 there is no fsync to turn off)
+        (Path(root.url) / "_pubsub").mkdir()
+        (Path(root.url) / "_pubsub" / "broker.toml").write_text("fsyncEnabled = false\n")
+    client = Client(root.url, storage_options=root.storage_options)
     try:
         for topic in TOPICS:
             producer = client.create_producer(topic)
@@ -30,7 +32,15 @@ def make_root(tmp_path: Path) -> str:
             producer.close()
     finally:
         client.close()
-    return str(root)
+    return root
+
+
+def broker(root: Root) -> Broker:
+    return Broker.for_url(root.url, storage_options=root.storage_options)
+
+
+def options(root: Root) -> list[str]:
+    return [arg for key, value in root.storage_options.items() for arg in ("--storage-option", f"{key}={value}")]
 
 
 def spark_job(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
@@ -40,29 +50,31 @@ def spark_job(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
 
 
 def test_maintain_runs_every_due_job_in_tasks_and_records_last_runs(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, any_root: Root, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = make_root(tmp_path)
-    dry = spark_job(capsys, "maintain", "--root", root, "--all", "--parallelism", "2")
+    root = make_root(any_root)
+    dry = spark_job(capsys, "maintain", "--root", root.url, *options(root), "--all", "--parallelism", "2")
     assert dry["status"] == "done" and dry["execute"] is False
-    assert read_last_runs(state_store(Broker.for_url(root))) == {}  # a dry run records nothing
+    assert read_last_runs(state_store(broker(root))) == {}  # a dry run records nothing
 
-    summary = spark_job(capsys, "maintain", "--root", root, "--namespace", "public/default", "--execute")
+    summary = spark_job(capsys, "maintain", "--root", root.url, *options(root), "--namespace", "public/default",
+                        "--execute")
     assert summary["status"] == "done"
     assert {t["topic"]: sorted(t["jobs"]) for t in summary["topics"]} == {t: sorted(JOBS) for t in TOPICS}
     assert all(t["jobs"]["retention"]["changed"] for t in summary["topics"])  # no subscription holds them
-    assert set(read_last_runs(state_store(Broker.for_url(root)))) == set(TOPICS)
-    last = read_last_pass(state_store(Broker.for_url(root)))  # what the exporter publishes
+    assert set(read_last_runs(state_store(broker(root)))) == set(TOPICS)
+    last = read_last_pass(state_store(broker(root)))  # what the exporter publishes
     assert last is not None
     assert (last["status"], last["topics"], last["jobsRun"], last["errors"]) == (
         "done", len(TOPICS), len(TOPICS) * len(JOBS), 0)
-    assert spark_job(capsys, "maintain", "--root", root, "--execute")["topics"] == []  # nothing due yet
+    again = spark_job(capsys, "maintain", "--root", root.url, *options(root), "--execute")
+    assert again["topics"] == []  # nothing due yet
 
 
 def test_maintain_stands_by_while_another_runner_leads(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, any_root: Root, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = make_root(tmp_path)
-    assert MaintenanceLease(Broker.for_url(root).io, holder="elsewhere").acquire()
-    summary = spark_job(capsys, "maintain", "--root", root, "--execute")
+    root = make_root(any_root)
+    assert MaintenanceLease(broker(root).io, holder="elsewhere").acquire()
+    summary = spark_job(capsys, "maintain", "--root", root.url, *options(root), "--execute")
     assert summary["status"] == "standby" and summary["leader"] == "elsewhere" and summary["topics"] == []
