@@ -18,7 +18,7 @@ from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, Me
 
 from broker_core import BrokerConfig, Client, ConsumerDeadLetterPolicy, ConsumerType, InitialPosition
 from broker_core.client import telemetry, telemetry_gauges
-from broker_core.errors import ConnectError, RootNotFound, TopicNotFound
+from broker_core.errors import ConnectError, RootNotFound, StorageUnavailable, TopicNotFound
 
 T = "persistent://public/default/t"
 NS = {"pulsar.tenant": "public", "pulsar.namespace": "public/default"}
@@ -234,6 +234,15 @@ def test_a_root_that_cannot_be_opened_is_a_failed_connection(reader: InMemoryMet
     assert value(reader, "pulsar.client.connection.failed", pulsar_failure_type="handshake") == 1
     assert value(reader, "pulsar.client.connection.opened") == 0
     assert telemetry.failure_type(ConnectError("refused")) == "tcp-failed"  # the store itself unreachable
+
+
+def test_an_unreachable_store_is_a_failed_connection_of_its_own_type(reader: InMemoryMetricReader) -> None:
+    options = {"aws_endpoint": "http://127.0.0.1:9", "aws_allow_http": "true", "aws_region": "us-east-1",
+               "aws_access_key_id": "k", "aws_secret_access_key": "s"}  # (port 9: nothing listens)
+    with pytest.raises(StorageUnavailable):
+        Client("s3://bucket/root", storage_options=options)
+    assert value(reader, "pulsar.client.connection.failed", pulsar_failure_type="tcp-failed") == 1
+    assert value(reader, "pulsar.client.connection.failed", pulsar_failure_type="handshake") == 0
 
 
 def test_a_failed_lookup_is_recorded_as_failed(reader: InMemoryMetricReader, any_root: Root) -> None:
