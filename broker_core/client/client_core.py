@@ -18,6 +18,7 @@ from typing import Any
 
 from broker_core.authentication import check_authentication
 from broker_core.broker.broker import Broker
+from broker_core.client import telemetry
 from broker_core.client.args import (
     check_positive,
     check_type,
@@ -26,9 +27,10 @@ from broker_core.client.args import (
 from broker_core.client.loggers import check_logger
 from broker_core.clock import SYSTEM_CLOCK, Clock
 from broker_core.config.settings import BrokerConfig
-from broker_core.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported
+from broker_core.errors import AlreadyClosed, InvalidConfiguration, OperationNotSupported, PulsarException
 from broker_core.naming import TopicName
 from broker_core.storage.fork import created_before_fork, on_fork_in_child
+from broker_core.topic.topic_log import TopicLog
 
 
 class ClientCore:
@@ -88,9 +90,15 @@ class ClientCore:
             )
         check_positive(reader_poll_interval_ms, "reader_poll_interval_ms")
         check_type(bool, create_root, "create_root")
-        self._broker = Broker.for_url(
-            service_url, broker_config, create_root=create_root, storage_options=storage_options
-        )
+        try:
+            self._broker = Broker.for_url(
+                service_url, broker_config, create_root=create_root, storage_options=storage_options
+            )
+        except PulsarException as exc:  # the "connection" failed: the root could not be opened (D191)
+            telemetry.CONNECTIONS_FAILED.add(1, {"pulsar.failure.type": telemetry.failure_type(exc)})
+            raise
+        telemetry.CONNECTIONS_OPENED.add(1)
+        self._transport = telemetry.transport_type(self._broker.io)
         self._clock: Clock = clock or SYSTEM_CLOCK
         self._poll_ms = reader_poll_interval_ms
         self._closed = False
@@ -119,7 +127,15 @@ class ClientCore:
                 f"{name} is non-persistent: non-persistent topics arrive with subscriptions; use a persistent:// topic",
                 topic=str(name),
             )
-        return name, self._broker.partitions(name)
+        return name, self._lookup_partitions(name)
+
+    def _lookup_partitions(self, topic: TopicName) -> list[TopicName]:
+        """A topic's internal topics (auto-creating per the broker config): a "metadata" lookup (D192)."""
+        return telemetry.lookup(self._transport, "metadata", lambda: self._broker.partitions(topic))
+
+    def _lookup_log(self, topic: TopicName) -> TopicLog:
+        """The shared log of an internal topic, created if needed and allowed: a "topic" lookup (D192)."""
+        return telemetry.lookup(self._transport, "topic", lambda: self._broker.topic_log(topic))
 
     def get_topic_partitions(self, topic: str) -> list[str]:
         """Partition names of a partitioned topic, or ``[topic]`` for a non-partitioned one."""
@@ -138,6 +154,7 @@ class ClientCore:
         for handle in handles:
             handle.close()
         self._closed = True
+        telemetry.CONNECTIONS_CLOSED.add(1)
 
     def shutdown(self) -> None:
         """Close without waiting for more than the pending flushes (same as ``close`` here)."""

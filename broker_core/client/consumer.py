@@ -22,7 +22,7 @@ from collections import deque
 from itertools import repeat, starmap
 from operator import attrgetter, lshift, or_
 
-from broker_core.client import telemetry
+from broker_core.client import telemetry, telemetry_gauges
 from broker_core.client.args import check_seek_target, check_type, check_type_or_none
 from broker_core.client.consumer_acks import OFFSET_BITS, unacked_key
 from broker_core.client.consumer_dispatch import ConsumerDispatch
@@ -57,6 +57,9 @@ class Consumer(ConsumerDispatch):
         self._unacked[key] = msg
         if self._ack_timeout_s is not None:
             self._deadlines[key] = time.monotonic() + self._ack_timeout_s
+        if self._metered:
+            self._received_count += 1
+            self._received_bytes += len(msg.data())
         self._ask_refill()
         return msg
 
@@ -83,6 +86,9 @@ class Consumer(ConsumerDispatch):
         self._unacked.update(zip(keys, msgs, strict=True))
         if self._ack_timeout_s is not None:
             self._deadlines.update(zip(keys, repeat(time.monotonic() + self._ack_timeout_s, len(keys)), strict=True))
+        if self._metered:
+            self._received_count += len(msgs)
+            self._received_bytes += sum(len(m.data()) for m in msgs)
         self._ask_refill()
         return msgs
 
@@ -97,6 +103,9 @@ class Consumer(ConsumerDispatch):
                     self._unacked[key] = msg
                     if self._ack_timeout_s is not None:
                         self._deadlines[key] = time.monotonic() + self._ack_timeout_s
+                    if self._metered:  # (``telemetry_gauges`` reports these; no SDK, no counting)
+                        self._received_count += 1
+                        self._received_bytes += len(msg.data())
                     if len(queue) < self._refill_below and not self._refill_asked and self._read_ahead:
                         self._refill_asked = True
                         self._wake.set()
@@ -379,6 +388,7 @@ class Consumer(ConsumerDispatch):
         if self._dead_letters is not None:
             self._dead_letters.close()
         self._client._forget(self)
+        telemetry_gauges.untrack_consumer(self)
 
     # -- the background thread --------------------------------------------------------------------
 

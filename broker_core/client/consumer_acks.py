@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from broker_core.client import telemetry
+from broker_core.client import telemetry, telemetry_gauges
 from broker_core.client.consumer_base import ConsumerBase
 from broker_core.client.context import HandleOwner
 from broker_core.client.dead_letters import DeadLetters
@@ -102,6 +102,13 @@ class ConsumerAcks(ConsumerBase):
         self._decryptor = decryptor or MessageDecryptor(None, None)  # encrypted messages: broker_core/crypto.py
         self._telemetry = telemetry.topic_attributes(topic_label, subscription)
         telemetry.CONSUMER_OPENED.add(1, self._telemetry)
+        if dead_letters is not None:
+            dead_letters.metric_attributes = self._telemetry
+        # messages taken by the application (``telemetry_gauges`` reports them), counted only while an
+        # SDK is installed: each dispatch round looks again
+        self._metered = telemetry._sdk_installed()
+        self._received_count = 0
+        self._received_bytes = 0
         config = client._broker.config
         self._lease_ms = config.consumer_lease_written_ms
         self._delayed = config.delayed_delivery_enabled and consumer_type in (
@@ -154,6 +161,7 @@ class ConsumerAcks(ConsumerBase):
         self._versions: dict[int, tuple[int, int]] = {}  # (log, cursor) versions of each part's last round
         for part in parts:
             self._attach(part)
+        telemetry_gauges.track_consumer(self)  # its receiver queue and received totals, observed by an SDK
         self._thread = threading.Thread(target=self._run, name=f"pubsub-consumer-{consumer_name}", daemon=True)
         self._thread.start()
         self._ack_thread = threading.Thread(target=self._ack_loop, name=f"pubsub-acks-{consumer_name}", daemon=True)

@@ -16,7 +16,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from broker_core.client import telemetry
+from broker_core.client import telemetry, telemetry_gauges
 from broker_core.client.consumer_acks import ConsumerAcks
 from broker_core.client.subscription_part import SubscriptionPart
 from broker_core.client.topic_gone import GONE_ERRORS, deleted_error
@@ -93,6 +93,7 @@ class ConsumerDispatch(ConsumerAcks):
             with contextlib.suppress(PulsarException):
                 self._dead_letters.close()
         self._client._forget(self)
+        telemetry_gauges.untrack_consumer(self)
         return True
 
     def _next_wait_s(self) -> float:
@@ -145,11 +146,14 @@ class ConsumerDispatch(ConsumerAcks):
             if self._ack_timeout_s is not None:  # (a deadline outlives a cumulative ack, nack or seek of its
                 # message: it is dropped here when due, with no message left to hand back)
                 deadlines = self._deadlines
+                timed_out = len(due)
                 for key in [k for k, deadline in deadlines.items() if deadline <= now_s]:
                     del deadlines[key]
                     msg = self._unacked.pop(key, None)
                     if msg is not None:
                         due.append(msg)
+                if len(due) > timed_out:
+                    telemetry.ACK_TIMEOUT.add(len(due) - timed_out, self._telemetry)
         if due:
             self._redeliver(due)
 
@@ -338,10 +342,10 @@ class ConsumerDispatch(ConsumerAcks):
 
     def _enqueue_ready(self, ready: list[Message]) -> None:
         if ready:
+            self._metered = telemetry._sdk_installed()  # (once per round: ``receive`` counts only if so)
             with self._cv:
                 self._queue.extend(ready)
                 self._cv.notify_all()
-            telemetry.record_received(self._telemetry, ready)
 
 
 __all__ = ["ConsumerDispatch"]

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from broker_core.broker.broker import Broker
     from broker_core.clock import Clock
     from broker_core.naming import TopicName
+    from broker_core.topic.topic_log import TopicLog
 
 
 class HandleOwner(Protocol):
@@ -52,6 +53,12 @@ class HandleOwner(Protocol):
 
     def _topic_dir(self, topic: TopicName) -> str:
         """An internal topic's directory relative to the root."""
+
+    def _lookup_partitions(self, topic: TopicName) -> list[TopicName]:
+        """A topic's internal topics (the broker's ``partitions``, timed as a lookup)."""
+
+    def _lookup_log(self, topic: TopicName) -> TopicLog:
+        """An internal topic's shared log (the broker's ``topic_log``, timed as a lookup)."""
 
 
 __all__ = ["HandleOwner"]

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker_core.client import telemetry
 from broker_core.client.context import HandleOwner
 from broker_core.client.policies import ConsumerDeadLetterPolicy
 from broker_core.client.subscription_part import SubscriptionPart
@@ -173,6 +174,7 @@ class DeadLetters:
         self._producers: dict[tuple[str, str | None, str | None], Producer] = {}
         self._names: dict[str, LetterTopics] = {}
         self._lock = threading.Lock()
+        self.metric_attributes: dict[str, Any] = {}  # the consumer's (``pulsar.client.consumer.message.dlq``)
 
     @property
     def max_redeliver_count(self) -> int | None:
@@ -250,6 +252,7 @@ class DeadLetters:
         producer = self._producer(topic, letter, dead_letter=True)
         producer.send(msg._data, properties=letter.properties, partition_key=msg._key or None,
                       ordering_key=msg.ordering_key() or None)
+        telemetry.DLQ.add(1, self.metric_attributes)
 
     def reconsume_later(
         self, msg: Message, part: SubscriptionPart, delay_ms: int, properties: dict[str, str] | None

@@ -36,6 +36,7 @@ class InFlight:
     prepared: PreparedAppend | None = None
     error: BaseException | None = None
     stage: int = 0  # UPLOADING, UPLOADED (``prepared`` or ``error`` set), COMMITTING, DONE (to resolve)
+    launched_s: float = 0.0  # when it was taken (monotonic): its upload and commit time is a metric
 
 
 UPLOADING, UPLOADED, COMMITTING, DONE = range(4)

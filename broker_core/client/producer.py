@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.client import telemetry
+from broker_core.client import telemetry, telemetry_gauges
 from broker_core.client.args import check_type
 from broker_core.client.builder import PendingMessage
 from broker_core.client.context import HandleOwner
@@ -134,7 +134,7 @@ class Producer(ProducerSender):
         self._closed = False
         self._failure: PulsarException | None = None
         self._queues = [
-            PartitionQueue(client._broker.topic_log(p), ProducerRegistry(client._broker.io, client._topic_dir(p)))
+            PartitionQueue(client._lookup_log(p), ProducerRegistry(client._broker.io, client._topic_dir(p)))
             for p in partitions
         ]
         self._register()
@@ -153,6 +153,7 @@ class Producer(ProducerSender):
         self._thread = threading.Thread(target=self._run, name=f"pubsub-producer-{self._name}", daemon=True)
         self._thread.start()
         telemetry.PRODUCER_OPENED.add(1, self._telemetry)
+        telemetry_gauges.track_producer(self)
 
     # -- public API ---------------------------------------------------------------------------------
 
@@ -348,6 +349,7 @@ class Producer(ProducerSender):
             self._closed = True
             self._cond.notify_all()
         telemetry.PRODUCER_CLOSED.add(1, self._telemetry)
+        telemetry_gauges.untrack_producer(self)
         self._thread.join(timeout=30)
         for q in self._queues:
             with contextlib.suppress(Exception):

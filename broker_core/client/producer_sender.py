@@ -89,7 +89,7 @@ class ProducerSender(ProducerPipeline):
             floors = {self._name: max(item.max_sequence_id for item in q.in_flight)}
         partial = self._batching and len(batch) < self._batch_max_messages and batch.bytes < self._batch_max_bytes
         top_sequence_id = int(np.frombuffer(batch.sequence_ids, dtype=np.int64).max())  # (no Python per message)
-        item = InFlight(batch, None, [], top_sequence_id, dedup, floors, partial)
+        item = InFlight(batch, None, [], top_sequence_id, dedup, floors, partial, launched_s=time.monotonic())
         q.in_flight.append(item)
         q.in_flight_messages += len(batch)
         self._in_flight_total += len(batch)
@@ -176,7 +176,8 @@ class ProducerSender(ProducerPipeline):
                 q.in_flight_messages -= len(item.batch)
                 self._in_flight_total -= len(item.batch)
                 self._cond.notify_all()
-            telemetry.record_sent(self._telemetry, item.batch.publish_ms, item.batch.bytes, ok=exc is None)
+            telemetry.record_sent(self._telemetry, item.batch.publish_ms, item.batch.bytes, ok=exc is None,
+                                  rpc_s=time.monotonic() - item.launched_s)
             self._resolve(q, item.batch)
 
     def _resolve(self, q: PartitionQueue, batch: QueuedBatch) -> None:

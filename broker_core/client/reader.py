@@ -89,7 +89,7 @@ class Reader:
         # between polls of a drained reader: backs off while nothing arrives (``broker_core.topic.watch``)
         self._schedule = PollSchedule(self._poll_s, client._broker.config.new_entries_check_max_delay_millis / 1000)
         self._parts = [
-            _Partition(i if self._partitioned else -1, p, client._broker.topic_log(p),
+            _Partition(i if self._partitioned else -1, p, client._lookup_log(p),
                        read_compacted=read_compacted)
             for i, p in enumerate(partitions)
         ]

@@ -101,11 +101,11 @@ def _parts_for(
             topic=str(topic),
         )
     broker = client._broker
-    partitions = broker.partitions(topic)
+    partitions = client._lookup_partitions(topic)
     partitioned = len(partitions) > 1 or partitions[0] != topic
     parts: list[SubscriptionPart] = []
     for index, name in enumerate(partitions):
-        log = broker.topic_log(name)
+        log = client._lookup_log(name)
         store: Store = broker.cursor_store(name, subscription) if durable else MemoryCursorStore()
         part = (_CompactedPart if read_compacted else SubscriptionPart)(
             name=name, display_topic=str(name), partition=index if partitioned else -1, log=log, store=store,
