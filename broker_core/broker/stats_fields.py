@@ -11,7 +11,8 @@ what storage holds now (``docs/DECISIONS.md`` D160):
 - out-rates, redelivery rates and the last ack/consume times from the cursor's ``activity``
   (``subscription.activity``);
 - ``backlogSize`` (bytes) from segment sizes, the first segment prorated by the part still unacked;
-- the oldest unacked message's publish time, read from its segment (one read, cached by the caller).
+- the oldest unacked message's publish time, read from its segment (one read, cached by the caller)
+  unless the segment's publish-time bounds are one millisecond.
 """
 
 from __future__ import annotations
@@ -86,7 +87,12 @@ def publish_time_ms(log: TopicLog, snap: Snapshot, offset: int) -> int | None:
     index = snap.segment_index_for(offset)
     if offset >= snap.next_offset or index >= len(snap.segments):
         return None
-    first = max(offset, snap.segments[index].base_offset)
+    seg = snap.segments[index]
+    if seg.min_publish_ms == seg.max_publish_ms:
+        # the add's bounds (of ``publish_time // 1000`` over the segment) say every message of the
+        # segment was published in that millisecond: no read (the exporter's cold scrape, D186)
+        return seg.min_publish_ms
+    first = max(offset, seg.base_offset)
     table, _ = log.read(first, first + 1, snapshot=snap)
     if not table.num_rows:
         return None

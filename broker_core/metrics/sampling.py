@@ -22,12 +22,13 @@ from typing import Any
 
 from broker_core.broker.broker import Broker
 from broker_core.broker.stats_fields import backlog_bytes, backlog_messages, first_unacked, in_rates, publish_time_ms
-from broker_core.errors import PulsarException, TopicNotFound
+from broker_core.errors import PulsarException, SegmentTooLarge, TopicNotFound
 from broker_core.log.snapshot import Snapshot
 from broker_core.naming import NamespaceName, TopicName
 from broker_core.subscription import activity
 from broker_core.subscription.cursor import Cursor
 from broker_core.subscription.cursor_store import list_subscriptions
+from broker_core.topic.topic_log import TopicLog
 
 _LOG = logging.getLogger(__name__)
 
@@ -104,10 +105,7 @@ class Sampler:
             namespaces = [ns for tenant in admin.list_tenants() for ns in admin.list_namespaces(tenant)]
         out: list[TopicName] = []
         for ns in namespaces:
-            for name in admin.list_topics(ns):
-                topic = TopicName.parse(name)
-                if topic.is_persistent:
-                    out.extend(self.broker.partitions(topic, auto_create=False))
+            out.extend(sorted((t for t in admin.list_internal_topics(ns) if t.is_persistent), key=str))
         return out
 
     def sample_all(self, now_ms: int) -> list[TopicSample]:
@@ -126,32 +124,39 @@ class Sampler:
         return out
 
     def sample(self, topic: TopicName, now_ms: int) -> TopicSample | None:
-        """One internal topic's numbers; None when it has no log yet."""
-        log = self.broker.topic_log(topic, create=False)
-        if not log.exists():
-            return None
-        snap = log.snapshot()
-        if snap.deleted:
-            return None
+        """One internal topic's numbers; None when it has no log yet.
+
+        The log and cursor handles' idle staleness checks (a HEAD or two each on an object store, due
+        every 10 s) run only when the topic's subscriptions are re-listed, every
+        ``inventory_refresh_s``: in between, a poll of an unchanged topic is one read of the next
+        version of its log and of each cursor, whatever the scrape interval (D185)."""
         known = self._known.get(topic)
         now_s = time.monotonic()
-        if known is None or now_s - known.listed_s >= self.inventory_refresh_s:
+        refresh = known is None or now_s - known.listed_s >= self.inventory_refresh_s
+        # the policies (for the read limit) are read only if a segment read needs them (``_earliest``)
+        log = self.broker.topic_log(topic, create=False, policies=False)
+        if not log.exists():
+            return None
+        snap = log.snapshot(verify=refresh)
+        if snap.deleted:
+            return None
+        if known is None or refresh:
             path = "/".join(topic.relative_path())
             subs = list_subscriptions(self.broker.io, path)
             known = _Known(subs, now_s, {} if known is None else known.samples)
             self._known[topic] = known
         out = TopicSample(topic, snap, sum(s.size_bytes for s in snap.segments))
         for sub in known.subscriptions:
-            sample = self._subscription(topic, sub, snap, known.samples.get(sub))
+            sample = self._subscription(topic, log, sub, snap, known.samples.get(sub), verify=refresh)
             if sample is None:
                 known.samples.pop(sub, None)
             else:
                 known.samples[sub] = out.subscriptions[sub] = sample
         return out
 
-    def _subscription(self, topic: TopicName, sub: str, snap: Snapshot,
-                      before: SubscriptionSample | None) -> SubscriptionSample | None:
-        version, doc = self.broker.cursor_store(topic, sub).load_document()
+    def _subscription(self, topic: TopicName, log: TopicLog, sub: str, snap: Snapshot,
+                      before: SubscriptionSample | None, *, verify: bool) -> SubscriptionSample | None:
+        version, doc = self.broker.cursor_store(topic, sub).load_document(verify=verify)
         if doc is None:
             return None
         if before is not None and before.version == version and before.log_version == snap.version:
@@ -164,7 +169,7 @@ class Sampler:
         elif before is not None and before.first_unacked == first and before.earliest_ms:
             earliest = before.earliest_ms  # the same oldest message: no read
         else:
-            earliest = publish_time_ms(self.broker.topic_log(topic, create=False), snap, first) or 0
+            earliest = self._earliest(topic, log, snap, first)
         return SubscriptionSample(
             version=version,
             log_version=snap.version,
@@ -175,6 +180,15 @@ class Sampler:
             first_unacked=first,
             doc=doc,
         )
+
+
+    def _earliest(self, topic: TopicName, log: TopicLog, snap: Snapshot, first: int) -> int:
+        """The publish time of the oldest unacknowledged message (0: none).  A segment holding a bigger
+        message than the broker's limit is read again once the topic's policies raised the limit."""
+        try:
+            return publish_time_ms(log, snap, first) or 0
+        except SegmentTooLarge:
+            return publish_time_ms(self.broker.topic_log(topic, create=False), snap, first) or 0
 
 
 def topic_in_rates(sample: TopicSample, now_ms: int) -> tuple[float, float]:
