@@ -89,9 +89,7 @@ def publish_time_ms(log: TopicLog, snap: Snapshot, offset: int) -> int | None:
         return None
     seg = snap.segments[index]
     if seg.min_publish_ms == seg.max_publish_ms:
-        # the add's bounds (of ``publish_time // 1000`` over the segment) say every message of the
-        # segment was published in that millisecond: no read (the exporter's cold scrape, D186)
-        return seg.min_publish_ms
+        return seg.min_publish_ms  # (``bounded_publish_time_ms``)
     first = max(offset, seg.base_offset)
     table, _ = log.read(first, first + 1, snapshot=snap)
     if not table.num_rows:
@@ -100,4 +98,19 @@ def publish_time_ms(log: TopicLog, snap: Snapshot, offset: int) -> int | None:
     return int(value) // 1000
 
 
-__all__ = ["InRates", "backlog_bytes", "backlog_messages", "first_unacked", "in_rates", "publish_time_ms"]
+def bounded_publish_time_ms(snap: Snapshot, offset: int) -> int | None:
+    """``publish_time_ms`` without a read, when the add's bounds answer it (None: they do not).
+
+    The bounds are ``publish_time // 1000`` over the segment's messages (``pubsub.minPublishTimeMs``,
+    ``pubsub.maxPublishTimeMs``), so when they are equal every message was published in that
+    millisecond: the usual case of a segment of one message or one batch (D186).
+    """
+    index = snap.segment_index_for(offset)
+    if offset >= snap.next_offset or index >= len(snap.segments):
+        return None
+    seg = snap.segments[index]
+    return seg.min_publish_ms if seg.min_publish_ms == seg.max_publish_ms else None
+
+
+__all__ = ["InRates", "backlog_bytes", "backlog_messages", "bounded_publish_time_ms", "first_unacked", "in_rates",
+           "publish_time_ms"]

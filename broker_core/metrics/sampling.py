@@ -21,14 +21,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core.broker.broker import Broker
-from broker_core.broker.stats_fields import backlog_bytes, backlog_messages, first_unacked, in_rates, publish_time_ms
-from broker_core.errors import PulsarException, SegmentTooLarge, TopicNotFound
+from broker_core.broker.stats_fields import (
+    backlog_bytes,
+    backlog_messages,
+    bounded_publish_time_ms,
+    first_unacked,
+    in_rates,
+    publish_time_ms,
+)
+from broker_core.broker.tenancy import topic_dir
+from broker_core.errors import PulsarException, TopicNotFound
 from broker_core.log.snapshot import Snapshot
+from broker_core.log.state_store import VersionedState
+from broker_core.log.transaction_log import TransactionLog
 from broker_core.naming import NamespaceName, TopicName
 from broker_core.subscription import activity
 from broker_core.subscription.cursor import Cursor
-from broker_core.subscription.cursor_store import list_subscriptions
-from broker_core.topic.topic_log import TopicLog
+from broker_core.subscription.cursor_store import cursor_state, list_subscriptions
 
 _LOG = logging.getLogger(__name__)
 
@@ -69,13 +78,14 @@ class _Known:
     subscriptions: list[str]
     listed_s: float
     samples: dict[str, SubscriptionSample] = field(default_factory=dict)
+    cursors: dict[str, VersionedState] = field(default_factory=dict)
 
 
 class Sampler:
     """Keeps what the previous scrape learned about each internal topic (see the module docstring).
 
     Args:
-        broker: the root's broker (its shared log and cursor handles are reused between scrapes).
+        broker: the root's broker (its storage and configuration; the sampler polls handles of its own).
         namespaces: only these (``tenant/namespace``); None: every namespace of every tenant.
         inventory_refresh_s: how old the list of topics and subscriptions may get.
     """
@@ -88,6 +98,7 @@ class Sampler:
         self._topics: list[TopicName] = []
         self._listed_s: float | None = None
         self._known: dict[TopicName, _Known] = {}
+        self._logs: dict[TopicName, TransactionLog] = {}
 
     def topics(self) -> list[TopicName]:
         """The persistent internal topics to sample (re-listed every ``inventory_refresh_s``)."""
@@ -95,7 +106,9 @@ class Sampler:
         if self._listed_s is None or now - self._listed_s >= self.inventory_refresh_s:
             self._topics = self._list_topics()
             self._listed_s = now
-            self._known = {t: k for t, k in self._known.items() if t in set(self._topics)}
+            listed = set(self._topics)
+            self._known = {t: k for t, k in self._known.items() if t in listed}
+            self._logs = {t: log for t, log in self._logs.items() if t in listed}
         return self._topics
 
     def _list_topics(self) -> list[TopicName]:
@@ -126,38 +139,49 @@ class Sampler:
     def sample(self, topic: TopicName, now_ms: int) -> TopicSample | None:
         """One internal topic's numbers; None when it has no log yet.
 
-        The log and cursor handles' idle staleness checks (a HEAD or two each on an object store, due
-        every 10 s) run only when the topic's subscriptions are re-listed, every
-        ``inventory_refresh_s``: in between, a poll of an unchanged topic is one read of the next
-        version of its log and of each cursor, whatever the scrape interval (D185)."""
+        The sampler polls handles of its own, a bare transaction log per topic and a versioned state
+        per cursor: the process's shared ones carry a consumer's machinery (waiters, watchers, a
+        segment cache, a read-ahead), which ten thousand topics pay for in time and memory (D187).
+        Their idle staleness checks (a HEAD or two each on an object store, due every 10 s) run only
+        when the topic's subscriptions are re-listed, every ``inventory_refresh_s``: in between, a
+        poll of an unchanged topic is one read of the next version of its log and of each cursor,
+        whatever the scrape interval (D185)."""
         known = self._known.get(topic)
         now_s = time.monotonic()
         refresh = known is None or now_s - known.listed_s >= self.inventory_refresh_s
-        # the policies (for the read limit) are read only if a segment read needs them (``_earliest``)
-        log = self.broker.topic_log(topic, create=False, policies=False)
-        if not log.exists():
+        path = topic_dir(topic)
+        log = self._logs.get(topic)
+        if log is None:
+            log = self._logs[topic] = TransactionLog(self.broker.io, path,
+                                                     checkpoint_interval=self.broker.config.checkpoint_interval)
+        try:  # (no ``exists`` probe first: opening the log finds out, and the probe would cost a HEAD)
+            snap = log.snapshot(verify=refresh)
+        except TopicNotFound:
             return None
-        snap = log.snapshot(verify=refresh)
         if snap.deleted:
             return None
         if known is None or refresh:
-            path = "/".join(topic.relative_path())
             subs = list_subscriptions(self.broker.io, path)
-            known = _Known(subs, now_s, {} if known is None else known.samples)
+            before = _Known([], now_s) if known is None else known
+            known = _Known(subs, now_s, {s: before.samples[s] for s in subs if s in before.samples},
+                           {s: before.cursors[s] for s in subs if s in before.cursors})
             self._known[topic] = known
         out = TopicSample(topic, snap, sum(s.size_bytes for s in snap.segments))
         for sub in known.subscriptions:
-            sample = self._subscription(topic, log, sub, snap, known.samples.get(sub), verify=refresh)
+            state = known.cursors.get(sub)
+            if state is None:
+                state = known.cursors[sub] = cursor_state(self.broker.io, path, sub)
+            sample = self._subscription(topic, state, snap, known.samples.get(sub), verify=refresh)
             if sample is None:
                 known.samples.pop(sub, None)
             else:
                 known.samples[sub] = out.subscriptions[sub] = sample
         return out
 
-    def _subscription(self, topic: TopicName, log: TopicLog, sub: str, snap: Snapshot,
+    def _subscription(self, topic: TopicName, state: VersionedState, snap: Snapshot,
                       before: SubscriptionSample | None, *, verify: bool) -> SubscriptionSample | None:
-        version, doc = self.broker.cursor_store(topic, sub).load_document(verify=verify)
-        if doc is None:
+        version, doc = state.latest(verify=verify)
+        if doc is None or doc.get("deleted"):
             return None
         if before is not None and before.version == version and before.log_version == snap.version:
             return before
@@ -168,8 +192,10 @@ class Sampler:
             earliest = 0
         elif before is not None and before.first_unacked == first and before.earliest_ms:
             earliest = before.earliest_ms  # the same oldest message: no read
-        else:
-            earliest = self._earliest(topic, log, snap, first)
+        else:  # from the segment's publish-time bounds, else one read through the shared handle
+            earliest = bounded_publish_time_ms(snap, first) or 0
+            if not earliest:
+                earliest = publish_time_ms(self.broker.topic_log(topic, create=False), snap, first) or 0
         return SubscriptionSample(
             version=version,
             log_version=snap.version,
@@ -180,15 +206,6 @@ class Sampler:
             first_unacked=first,
             doc=doc,
         )
-
-
-    def _earliest(self, topic: TopicName, log: TopicLog, snap: Snapshot, first: int) -> int:
-        """The publish time of the oldest unacknowledged message (0: none).  A segment holding a bigger
-        message than the broker's limit is read again once the topic's policies raised the limit."""
-        try:
-            return publish_time_ms(log, snap, first) or 0
-        except SegmentTooLarge:
-            return publish_time_ms(self.broker.topic_log(topic, create=False), snap, first) or 0
 
 
 def topic_in_rates(sample: TopicSample, now_ms: int) -> tuple[float, float]:
