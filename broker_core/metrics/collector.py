@@ -11,10 +11,8 @@ Two families of its own say what a scrape cost: ``pubsub_metrics_scrape_duration
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,9 +95,8 @@ class PulsarCollector(Collector):
         io: Any = self.sampler.broker.io
         before = dict(getattr(io, "request_counts", {}))
         started = time.perf_counter()
-        with _cyclic_gc_paused():
-            samples = self.sampler.sample_all(now_ms)
-            delayed = {sample.topic: self._delayed(sample, now_ms) for sample in samples}
+        samples = self.sampler.sample_all(now_ms)
+        delayed = {sample.topic: self._delayed(sample, now_ms) for sample in samples}
         self.delayed.forget_except(set(delayed))
         upkeep = self.maintenance.rows(self.cluster, now_ms)
         self.last_duration_s = time.perf_counter() - started
@@ -192,25 +189,6 @@ class PulsarCollector(Collector):
             (labels, max(0, now_ms - earliest) / 1000 if earliest else 0.0))
         topic["pulsar_msg_backlog"].append((labels, sum(s.backlog for s in subs)))
         topic["pulsar_subscriptions_count"].append((labels, len(sample.subscriptions)))
-
-
-@contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for one storage pass (D187).
-
-    A cold pass keeps a log and cursor handle per topic, millions of objects for ten thousand
-    topics, and the collector's full passes, triggered by that growth, re-scan all of them: a third
-    of a cold scrape's time.  Reference counting still frees what the pass drops; the collector
-    runs again afterwards as usual.  Left alone when the application disabled it itself.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _escape(value: str) -> str:
