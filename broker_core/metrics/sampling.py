@@ -142,20 +142,21 @@ class Sampler:
         The sampler polls handles of its own, a bare transaction log per topic and a versioned state
         per cursor: the process's shared ones carry a consumer's machinery (waiters, watchers, a
         segment cache, a read-ahead), which ten thousand topics pay for in time and memory (D187).
-        Their idle staleness checks (a HEAD or two each on an object store, due every 10 s) run only
-        when the topic's subscriptions are re-listed, every ``inventory_refresh_s``: in between, a
-        poll of an unchanged topic is one read of the next version of its log and of each cursor,
-        whatever the scrape interval (D185)."""
+        Their idle staleness checks (a HEAD or two each on an object store, due every 10 s) run when
+        the topic's subscriptions are re-listed, every ``inventory_refresh_s``, and on every scrape
+        for a cursor that looks active (``_active``): a poll of an unchanged, idle topic is one read
+        of the next version of its log and of each cursor, whatever the scrape interval (D185)."""
         known = self._known.get(topic)
         now_s = time.monotonic()
         refresh = known is None or now_s - known.listed_s >= self.inventory_refresh_s
+        checks = refresh and known is not None  # (a handle opened by this scrape has nothing to check)
         path = topic_dir(topic)
         log = self._logs.get(topic)
         if log is None:
             log = self._logs[topic] = TransactionLog(self.broker.io, path,
                                                      checkpoint_interval=self.broker.config.checkpoint_interval)
         try:  # (no ``exists`` probe first: opening the log finds out, and the probe would cost a HEAD)
-            snap = log.snapshot(verify=refresh)
+            snap = log.snapshot(verify=checks)
         except TopicNotFound:
             return None
         if snap.deleted:
@@ -171,7 +172,9 @@ class Sampler:
             state = known.cursors.get(sub)
             if state is None:
                 state = known.cursors[sub] = cursor_state(self.broker.io, path, sub)
-            sample = self._subscription(topic, state, snap, known.samples.get(sub), verify=refresh)
+            before = known.samples.get(sub)
+            verify = checks or (before is not None and _active(before.doc, now_ms, self.inventory_refresh_s))
+            sample = self._subscription(topic, state, snap, before, verify=verify)
             if sample is None:
                 known.samples.pop(sub, None)
             else:
@@ -206,6 +209,17 @@ class Sampler:
             first_unacked=first,
             doc=doc,
         )
+
+
+def _active(doc: dict[str, Any], now_ms: int, window_s: float) -> bool:
+    """Might the cursor commit 50 versions before the next scrape, so that cleanup takes the version
+    after ours and a poll of it finds nothing?  It has a consumer whose lease is live, or it acked or
+    delivered within the window: such a cursor gets its staleness check on every scrape."""
+    window_ms = window_s * 1000
+    recent = doc.get(activity.ACTIVITY_KEY) or {}
+    if max(int(recent.get("lastAckedMs", 0)), int(recent.get("lastConsumedMs", 0))) >= now_ms - window_ms:
+        return True
+    return any(int(c.get("leaseExpiresMs", 0)) > now_ms for c in (doc.get("consumers") or {}).values())
 
 
 def topic_in_rates(sample: TopicSample, now_ms: int) -> tuple[float, float]:

@@ -1,9 +1,11 @@
-"""What a scrape costs on an object store: a warm scrape of unchanged topics is one GET per log and per
-cursor at any scrape interval (the handles' idle staleness checks wait for the inventory refresh), and
-a cursor that moved past its kept versions between two scrapes is caught up at that refresh (D185)."""
+"""What a scrape costs on an object store: a warm scrape of unchanged, idle topics is one GET per log and
+per cursor at any scrape interval (the handles' idle staleness checks wait for the inventory refresh,
+except an active cursor's), and a cursor that moved past its kept versions between two scrapes is caught
+up at the next scrape when it was active, at that refresh when it was idle (D185)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +13,7 @@ from metrics_helpers import families
 from moto_s3 import MotoS3, Root
 
 from broker_core import BrokerConfig, Client, InitialPosition
+from broker_core.clock import ManualClock
 from broker_core.log import state_store, transaction_log
 from broker_core.metrics.collector import PulsarCollector
 from broker_core.metrics.exporter import exposition
@@ -53,7 +56,8 @@ def fill(client: Client) -> None:
 
 def test_a_warm_scrape_is_one_get_per_log_and_cursor_when_the_staleness_checks_are_due(s3_client: Client) -> None:
     fill(s3_client)
-    collector = PulsarCollector(Sampler(s3_client._broker))
+    # two minutes on: every subscription has been idle for longer than the inventory refresh
+    collector = PulsarCollector(Sampler(s3_client._broker), clock=ManualClock(int(time.time() * 1000) + 120_000))
     exposition(collector)  # cold: lists the inventory, opens every log and cursor
     for _ in range(3):
         got = families(exposition(collector))
@@ -93,6 +97,31 @@ def test_a_cursor_that_moved_past_its_kept_versions_is_caught_up_at_the_inventor
             if cleaner is not None:
                 cleaner.join()
         sampler.inventory_refresh_s = 0.0  # the next scrape refreshes the inventory
+        assert families(exposition(collector))["pulsar_subscription_back_log"][key] == 10
+    finally:
+        client.close()
+
+
+def test_an_active_cursor_that_moved_past_its_kept_versions_is_caught_up_at_the_next_scrape(
+        any_root: Root, overdue_checks: None) -> None:
+    """A cursor that acked within the inventory refresh gets its staleness check on every scrape."""
+    client = Client(any_root.url, storage_options=any_root.storage_options,
+                    broker_config=BrokerConfig(fsync_enabled=False))
+    try:
+        client.subscribe(U, "c", initial_position=InitialPosition.Earliest).close()
+        producer = client.create_producer(U, batching_enabled=False)
+        for i in range(120):
+            producer.send(f"m{i}".encode())
+        store = client._broker.cursor_store(client._broker.partitions(U)[0], "c")
+        store.update(lambda c: _acked_through(c, 0))  # active: it acked just now
+        collector = PulsarCollector(Sampler(client._broker))
+        key = (("cluster", "standalone"), ("namespace", "public/default"), ("subscription", "c"), ("topic", U))
+        assert families(exposition(collector))["pulsar_subscription_back_log"][key] == 119
+        for i in range(1, 110):
+            store.update(lambda c, i=i: _acked_through(c, i))
+            cleaner = store.state._cleaner
+            if cleaner is not None:
+                cleaner.join()
         assert families(exposition(collector))["pulsar_subscription_back_log"][key] == 10
     finally:
         client.close()
