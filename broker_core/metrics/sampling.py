@@ -163,9 +163,9 @@ class Sampler:
             return None
         if known is None or refresh:
             subs = list_subscriptions(self.broker.io, path)
-            before = _Known([], now_s) if known is None else known
-            known = _Known(subs, now_s, {s: before.samples[s] for s in subs if s in before.samples},
-                           {s: before.cursors[s] for s in subs if s in before.cursors})
+            previous = _Known([], now_s) if known is None else known
+            known = _Known(subs, now_s, {s: previous.samples[s] for s in subs if s in previous.samples},
+                           {s: previous.cursors[s] for s in subs if s in previous.cursors})
             self._known[topic] = known
         out = TopicSample(topic, snap, sum(s.size_bytes for s in snap.segments))
         for sub in known.subscriptions:
