@@ -60,6 +60,14 @@ class CommitResult:
     attempts: int
 
 
+def _no_commit_above(names: list[str], version: int) -> bool:
+    """Did a listing made before replaying up to ``version`` (whose next commit was then missing) show
+    no later commit?  Then no gap hides one: a commit is only ever created on top of the one before
+    it, so none can appear above a missing ``version + 1`` after the listing (``log.gaps``)."""
+    top = f"{version:020d}.json"
+    return not any(len(n) == 25 and n > top and n.endswith(".json") and n[:20].isdigit() for n in names)
+
+
 class TransactionLog:
     """Loads, polls and commits the Delta-style log of one table directory.
 
@@ -114,8 +122,9 @@ class TransactionLog:
         """Open the log: the starting checkpoint (``log.opening``), then the commits after it.  An
         opener lists the log once to make sure no commit is missing below the newest (``log.gaps``)."""
         self._tip = None
-        snapshot = self._replay_from(starting_state(self.io, self.table_path))
-        if not snapshot.deleted:
+        listed: list[str] = []
+        snapshot = self._replay_from(starting_state(self.io, self.table_path, listed=listed))
+        if not snapshot.deleted and not (listed and _no_commit_above(listed, snapshot.version)):
             check_no_gap(self.io, self.table_path, snapshot.version, listed=True)
         return snapshot
 

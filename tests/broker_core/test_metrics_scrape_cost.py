@@ -13,11 +13,14 @@ from metrics_helpers import families
 from moto_s3 import MotoS3, Root
 
 from broker_core import BrokerConfig, Client, InitialPosition
+from broker_core.broker.tenancy import topic_dir
 from broker_core.clock import ManualClock
 from broker_core.log import state_store, transaction_log
+from broker_core.log.transaction_log import TransactionLog
 from broker_core.metrics.collector import PulsarCollector
 from broker_core.metrics.exporter import exposition
 from broker_core.metrics.sampling import Sampler
+from broker_core.naming import TopicName
 from broker_core.subscription.cursor import Cursor
 
 T = "persistent://public/default/t"
@@ -131,3 +134,14 @@ def _acked_through(cursor: Cursor | None, offset: int) -> Cursor | None:
     assert cursor is not None
     cursor.mark_delete = offset + 1  # the first offset not acknowledged
     return cursor
+
+
+def test_opening_a_log_without_a_checkpoint_lists_it_once(s3_client: Client) -> None:
+    """The listing that finds no checkpoint also shows that no commit lies beyond the last one replayed:
+    the gap check at opening needs no second listing (a cold scrape opens every log)."""
+    s3_client.create_producer(U).send(b"x")
+    io = s3_client._broker.io
+    before = dict(io.request_counts)
+    snap = TransactionLog(io, topic_dir(TopicName.parse(U))).snapshot()
+    assert snap.next_offset == 1
+    assert io.request_counts["LIST"] - before.get("LIST", 0) == 1
