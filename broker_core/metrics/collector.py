@@ -96,7 +96,8 @@ class PulsarCollector(Collector):
         before = dict(getattr(io, "request_counts", {}))
         started = time.perf_counter()
         samples = self.sampler.sample_all(now_ms)
-        delayed = {sample.topic: self._delayed(sample, now_ms) for sample in samples}
+        counts = self.sampler.map(lambda sample: self._delayed(sample, now_ms), samples)
+        delayed = {sample.topic: n for sample, n in zip(samples, counts, strict=True)}
         self.delayed.forget_except(set(delayed))
         upkeep = self.maintenance.rows(self.cluster, now_ms)
         self.last_duration_s = time.perf_counter() - started
