@@ -90,3 +90,21 @@ def test_the_exported_backlog_age_and_delayed_count_match_a_read_of_the_segments
     stats = topic_stats(client._broker, name)["partitions"][T]  # what `pubsub topics stats` says
     assert stats["subscriptions"]["s"]["earliestMsgPublishTimeInBacklog"] == read_publish_ms(log, first)
     client.close()
+
+
+def test_the_inventory_lists_the_internal_topics_that_list_topics_and_partitions_give(tmp_path: Path) -> None:
+    (tmp_path / "root").mkdir()
+    client = Client(str(tmp_path / "root"), broker_config=BrokerConfig(fsync_enabled=False))
+    admin = client._broker.admin
+    admin.create_partitioned_topic("persistent://public/default/p", 3)
+    client.create_producer("persistent://public/default/p").send(b"x")  # writes one partition at least
+    client.create_producer(T).send(b"x")
+    client.create_producer("non-persistent://public/default/np").send(b"x")
+    slow = sorted((part for name in admin.list_topics("public/default")
+                   for part in admin.topic_partitions(name, auto_create=False)), key=str)
+    fast = sorted(admin.list_internal_topics("public/default"), key=str)
+    assert [str(t) for t in fast] == [str(t) for t in slow]
+    assert [str(t) for t in fast if t.is_persistent] == [
+        "persistent://public/default/p-partition-0", "persistent://public/default/p-partition-1",
+        "persistent://public/default/p-partition-2", T]
+    client.close()
