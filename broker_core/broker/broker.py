@@ -94,13 +94,8 @@ class Broker:
                 _BROKERS[root.key] = broker
             return broker
 
-    def topic_log(self, topic: TopicName, *, create: bool = True, policies: bool = True) -> TopicLog:
-        """The shared handle of an internal topic, creating its log if needed and allowed.
-
-        ``policies=False`` skips reading the topic's policies for its read limit (a read of two
-        records): the handle then refuses messages above the broker's ``maxMessageSize`` unless an
-        earlier call allowed more, and a reader meeting ``SegmentTooLarge`` asks again with True.
-        """
+    def topic_log(self, topic: TopicName, *, create: bool = True) -> TopicLog:
+        """The shared handle of an internal topic, creating its log if needed and allowed."""
         if not topic.is_persistent:
             raise NotAllowedError(
                 f"{topic} is non-persistent: it has no log on storage", topic=str(topic)
@@ -108,7 +103,7 @@ class Broker:
         path = topic_dir(topic)
         # reads refuse bigger messages (D125): the limit producers of this configuration write under
         try:
-            policy_limit = self.policies.effective(topic).max_message_size if policies else 0
+            policy_limit = self.policies.effective(topic).max_message_size
         except LogCorrupted:  # a damaged policy record: `topics check` reports it; the log still opens
             policy_limit = self.config.max_message_size
         limit = max(self.config.max_message_size, policy_limit)

@@ -64,10 +64,9 @@ class CursorStore(Waiters):
         cursor = Cursor.from_json(doc)
         return version, None if cursor.deleted else cursor
 
-    def load_document(self, *, verify: bool = True) -> tuple[int, dict[str, Any] | None]:
-        """The newest cursor version as its raw document (with ``activity``; polls storage), for stats.
-        ``verify=False``: see ``VersionedState.latest``."""
-        version, doc = self.state.latest(verify=verify)
+    def load_document(self) -> tuple[int, dict[str, Any] | None]:
+        """The newest cursor version as its raw document (with ``activity``; polls storage), for stats."""
+        version, doc = self.state.latest()
         self._known = (time.monotonic(), version, doc)
         if doc is None or doc.get("deleted"):
             return version, None

@@ -133,9 +133,8 @@ class TopicLog(Waiters):
         )
         return self.log.create(metadata)
 
-    def snapshot(self, *, verify: bool = True) -> Snapshot:
-        """The latest state (``TransactionLog.snapshot``; ``verify=False`` skips the idle tip checks)."""
-        return self.log.snapshot(verify=verify)
+    def snapshot(self) -> Snapshot:
+        return self.log.snapshot()
 
     def live_snapshot(self) -> Snapshot:
         """The latest state as a writer sees it (``TransactionLog.live_snapshot``): checked against
