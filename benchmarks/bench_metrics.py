@@ -17,7 +17,9 @@ d. the baseline: a loop calling ``broker.stats.topic_stats`` (what ``pubsub topi
 Before (a) and (d) the process's shared handles are dropped, as in a fresh process.  With ``--s3``
 the root is on the moto S3 emulator (started here) and requests are counted per type; every handle's
 idle staleness checks are then due at each poll, as they are at scrape intervals above their 10 s
-period (Prometheus scrapes every 15-60 s), unless ``--checks-as-opened`` is given.
+period (Prometheus scrapes every 15-60 s), unless ``--checks-as-opened`` is given; ``--latency
+express`` adds S3 Express's 10 ms to each of the scrapes' requests (the emulator answers in about one,
+on the same cores), which is where the sampler's ``--threads`` show.
 This is a benchmark, not a test: nothing is asserted.
 """
 
@@ -88,6 +90,9 @@ def main() -> None:
     parser.add_argument("--s3", action="store_true", help="on the moto S3 emulator, counting requests")
     parser.add_argument("--baseline-topics", type=int, default=None, help="topics the baseline loop covers")
     parser.add_argument("--warm", type=int, default=3, help="warm scrapes")
+    parser.add_argument("--latency", choices=["standard", "express"], default=None,
+                        help="on S3, the scrapes' simulated request latency (pubsub_simulated_latency)")
+    parser.add_argument("--threads", type=int, default=8, help="the sampler's threads on S3")
     parser.add_argument("--checks-as-opened", action="store_true",
                         help="on S3, leave the handles' staleness checks on their 10 s period")
     args = parser.parse_args()
@@ -109,8 +114,10 @@ def main() -> None:
         print(f"{n:,} topics on {'S3 (moto)' if args.s3 else 'a local folder'}, filled in "
               f"{time.perf_counter() - started:.1f} s; load average {os.getloadavg()[0]:.1f}")
 
+        if args.latency:
+            options = {**options, "pubsub_simulated_latency": args.latency}
         broker = fresh_broker(url, options)
-        collector = PulsarCollector(Sampler(broker))
+        collector = PulsarCollector(Sampler(broker, threads=args.threads))
         before = requests(broker)
         started = time.perf_counter()
         text = exposition(collector)
