@@ -9,8 +9,8 @@ previous scrape and recomputed only when the log or that cursor moved; what chan
 (``docs/DECISIONS.md`` D162).
 
 The inventory (which tenants, namespaces, topics, partitions and subscriptions exist) costs a
-listing per namespace and a probe per topic, so it is refreshed every ``inventory_refresh_s``, not
-on every scrape.
+listing per namespace and one of each topic's subscriptions, so it is refreshed every
+``inventory_refresh_s``, not on every scrape; the handles' staleness checks run with it (D185).
 """
 
 from __future__ import annotations
@@ -230,10 +230,13 @@ def _active(doc: dict[str, Any], now_ms: int, window_s: float) -> bool:
     after ours and a poll of it finds nothing?  It has a consumer whose lease is live, or it acked or
     delivered within the window: such a cursor gets its staleness check on every scrape."""
     window_ms = window_s * 1000
-    recent = doc.get(activity.ACTIVITY_KEY) or {}
-    if max(int(recent.get("lastAckedMs", 0)), int(recent.get("lastConsumedMs", 0))) >= now_ms - window_ms:
+    try:
+        recent = doc.get(activity.ACTIVITY_KEY) or {}
+        if max(int(recent.get("lastAckedMs", 0)), int(recent.get("lastConsumedMs", 0))) >= now_ms - window_ms:
+            return True
+        return any(int(c.get("leaseExpiresMs", 0)) > now_ms for c in (doc.get("consumers") or {}).values())
+    except (AttributeError, TypeError, ValueError):  # a record this version does not understand: check it
         return True
-    return any(int(c.get("leaseExpiresMs", 0)) > now_ms for c in (doc.get("consumers") or {}).values())
 
 
 def topic_in_rates(sample: TopicSample, now_ms: int) -> tuple[float, float]:
