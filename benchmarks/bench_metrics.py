@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -161,6 +162,8 @@ def main() -> None:
             from moto_s3 import stop_moto
 
             stop_moto(moto)
+        else:
+            shutil.rmtree(url, ignore_errors=True)
 
 
 if __name__ == "__main__":
