@@ -9,17 +9,26 @@ topic logs and cursor stores so the set-up takes seconds), then times, in one ru
 
 a. a cold scrape (a fresh exporter: lists the inventory, opens every log and cursor);
 b. warm scrapes (nothing changed: one poll of each log's and cursor's next version);
-c. the baseline: a loop calling ``broker.stats.topic_stats`` (what ``pubsub topics stats`` runs) per
+c. one scrape that also refreshes the inventory (what every scrape is at intervals of
+   ``--inventory-refresh``, 60 s, or more);
+d. the baseline: a loop calling ``broker.stats.topic_stats`` (what ``pubsub topics stats`` runs) per
    topic, on its own fresh broker, for ``--baseline-topics`` topics (default all), scaled to N.
 
-With ``--s3`` the root is on the moto S3 emulator (started here) and requests are counted per type.
+Before (a) and (d) the process's shared handles are dropped, as in a fresh process.  With ``--s3``
+the root is on the moto S3 emulator (started here) and requests are counted per type; every handle's
+idle staleness checks are then due at each poll, as they are at scrape intervals above their 10 s
+period (Prometheus scrapes every 15-60 s), unless ``--checks-as-opened`` is given; ``--latency
+express`` adds S3 Express's 10 ms to each of the scrapes' requests (the emulator answers in about one,
+on the same cores), which is where the sampler's ``--threads`` show.
 This is a benchmark, not a test: nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -33,11 +42,13 @@ for extra in (_REPO, _REPO / "tests"):
 
 import pyarrow as pa  # noqa: E402
 
+from broker_core.broker import handles  # noqa: E402
 from broker_core.broker.admin import Admin  # noqa: E402
 from broker_core.broker.broker import Broker  # noqa: E402
 from broker_core.broker.root import resolve_root  # noqa: E402
 from broker_core.broker.stats import topic_stats  # noqa: E402
 from broker_core.config import BrokerConfig  # noqa: E402
+from broker_core.log import state_store, transaction_log  # noqa: E402
 from broker_core.metrics.collector import PulsarCollector  # noqa: E402
 from broker_core.metrics.exporter import exposition  # noqa: E402
 from broker_core.metrics.sampling import Sampler  # noqa: E402
@@ -58,7 +69,9 @@ def fill(broker: Broker, n: int) -> list[TopicName]:
 
 
 def fresh_broker(url: str, options: dict[str, str]) -> Broker:
-    """A broker of its own (no handles shared with the one that filled the root)."""
+    """A broker of its own, with the process's shared handles dropped (as in a fresh process)."""
+    handles._TOPIC_LOGS, handles._CURSOR_STORES = {}, {}
+    gc.collect()  # the dropped handles' cycles: a fresh process would not have them to collect
     root = resolve_root(url, BrokerConfig(fsync_enabled=False), storage_options=options)
     return Broker(root.io, root.config, admin=Admin(root.io, root.config))
 
@@ -78,8 +91,15 @@ def main() -> None:
     parser.add_argument("--s3", action="store_true", help="on the moto S3 emulator, counting requests")
     parser.add_argument("--baseline-topics", type=int, default=None, help="topics the baseline loop covers")
     parser.add_argument("--warm", type=int, default=3, help="warm scrapes")
+    parser.add_argument("--latency", choices=["standard", "express"], default=None,
+                        help="on S3, the scrapes' simulated request latency (pubsub_simulated_latency)")
+    parser.add_argument("--threads", type=int, default=8, help="the sampler's threads on S3")
+    parser.add_argument("--checks-as-opened", action="store_true",
+                        help="on S3, leave the handles' staleness checks on their 10 s period")
     args = parser.parse_args()
     n = args.topics or (1_000 if args.s3 else 10_000)
+    if args.s3 and not args.checks_as_opened:  # as if every scrape came 10 s or more after the last
+        transaction_log.verify_period_s = state_store.verify_period_s = lambda _io: 0.0
     moto = None
     if args.s3:
         from moto_s3 import start_moto
@@ -95,14 +115,18 @@ def main() -> None:
         print(f"{n:,} topics on {'S3 (moto)' if args.s3 else 'a local folder'}, filled in "
               f"{time.perf_counter() - started:.1f} s; load average {os.getloadavg()[0]:.1f}")
 
+        if args.latency:
+            options = {**options, "pubsub_simulated_latency": args.latency}
         broker = fresh_broker(url, options)
-        collector = PulsarCollector(Sampler(broker))
+        collector = PulsarCollector(Sampler(broker, threads=args.threads))
         before = requests(broker)
         started = time.perf_counter()
         text = exposition(collector)
         cold_s = time.perf_counter() - started
-        print(f"  cold scrape: {cold_s:6.2f} s  ({len(text) / 1e6:.1f} MB of exposition) "
-              f"requests {delta(requests(broker), before) or 'n/a (local)'}")
+        got = delta(requests(broker), before)
+        per_topic = f", {sum(got.values()) / n:.2f} per topic" if got else ""
+        print(f"  cold scrape: {cold_s:6.2f} s  (storage part {collector.last_duration_s:.2f} s, "
+              f"{len(text) / 1e6:.1f} MB of exposition) requests {got or 'n/a (local)'}{per_topic}")
         for i in range(args.warm):
             before = requests(broker)
             started = time.perf_counter()
@@ -113,6 +137,15 @@ def main() -> None:
             print(f"  warm scrape {i + 1}: {warm_s:6.2f} s  (storage part {collector.last_duration_s:.2f} s) "
                   f"requests {got or 'n/a (local)'}{per_topic}")
 
+        collector.sampler.inventory_refresh_s = 0.0
+        before = requests(broker)
+        started = time.perf_counter()
+        exposition(collector)
+        got = delta(requests(broker), before)
+        per_topic = f", {sum(got.values()) / n:.2f} per topic" if got else ""
+        print(f"  scrape refreshing the inventory: {time.perf_counter() - started:6.2f} s  "
+              f"requests {got or 'n/a (local)'}{per_topic}")
+
         m = min(n, args.baseline_topics or n)
         baseline = fresh_broker(url, options)
         before = requests(baseline)
@@ -122,12 +155,15 @@ def main() -> None:
         base_s = time.perf_counter() - started
         got = delta(requests(baseline), before)
         print(f"  baseline, topic_stats per topic over {m:,} topics: {base_s:6.2f} s "
-              f"(scaled to {n:,}: {base_s * n / m:.2f} s) requests {got or 'n/a (local)'}")
+              f"(scaled to {n:,}: {base_s * n / m:.2f} s) requests {got or 'n/a (local)'}; "
+              f"load average {os.getloadavg()[0]:.1f}")
     finally:
         if moto is not None:
             from moto_s3 import stop_moto
 
             stop_moto(moto)
+        else:
+            shutil.rmtree(url, ignore_errors=True)
 
 
 if __name__ == "__main__":

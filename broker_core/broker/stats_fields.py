@@ -11,7 +11,8 @@ what storage holds now (``docs/DECISIONS.md`` D160):
 - out-rates, redelivery rates and the last ack/consume times from the cursor's ``activity``
   (``subscription.activity``);
 - ``backlogSize`` (bytes) from segment sizes, the first segment prorated by the part still unacked;
-- the oldest unacked message's publish time, read from its segment (one read, cached by the caller).
+- the oldest unacked message's publish time, read from its segment (one read, cached by the caller)
+  unless the segment's publish-time bounds are one millisecond.
 """
 
 from __future__ import annotations
@@ -86,7 +87,10 @@ def publish_time_ms(log: TopicLog, snap: Snapshot, offset: int) -> int | None:
     index = snap.segment_index_for(offset)
     if offset >= snap.next_offset or index >= len(snap.segments):
         return None
-    first = max(offset, snap.segments[index].base_offset)
+    seg = snap.segments[index]
+    if seg.min_publish_ms == seg.max_publish_ms:
+        return seg.min_publish_ms  # (``bounded_publish_time_ms``)
+    first = max(offset, seg.base_offset)
     table, _ = log.read(first, first + 1, snapshot=snap)
     if not table.num_rows:
         return None
@@ -94,4 +98,19 @@ def publish_time_ms(log: TopicLog, snap: Snapshot, offset: int) -> int | None:
     return int(value) // 1000
 
 
-__all__ = ["InRates", "backlog_bytes", "backlog_messages", "first_unacked", "in_rates", "publish_time_ms"]
+def bounded_publish_time_ms(snap: Snapshot, offset: int) -> int | None:
+    """``publish_time_ms`` without a read, when the add's bounds answer it (None: they do not).
+
+    The bounds are ``publish_time // 1000`` over the segment's messages (``pubsub.minPublishTimeMs``,
+    ``pubsub.maxPublishTimeMs``), so when they are equal every message was published in that
+    millisecond: the usual case of a segment of one message or one batch (D186).
+    """
+    index = snap.segment_index_for(offset)
+    if offset >= snap.next_offset or index >= len(snap.segments):
+        return None
+    seg = snap.segments[index]
+    return seg.min_publish_ms if seg.min_publish_ms == seg.max_publish_ms else None
+
+
+__all__ = ["InRates", "backlog_bytes", "backlog_messages", "bounded_publish_time_ms", "first_unacked", "in_rates",
+           "publish_time_ms"]

@@ -233,27 +233,44 @@ class Tenancy:
 
     def list_topics(self, namespace: str) -> list[str]:
         """Topics of a namespace: partitioned topics by their name, others by theirs."""
+        return sorted(str(name) for name, _ in self._listed_topics(namespace, probe=True))
+
+    def list_internal_topics(self, namespace: str) -> list[TopicName]:
+        """The internal topics a namespace may hold: every partition of its partitioned topics, and
+        each other topic directory, without probing that its log exists (whoever opens it finds out;
+        ``list_topics`` with ``topic_partitions`` per topic costs a probe or two per topic more)."""
+        out: list[TopicName] = []
+        for name, partitions in self._listed_topics(namespace, probe=False):
+            if partitions:
+                out.extend(name.partition(i) for i in range(partitions))
+            else:
+                out.append(name)
+        return out
+
+    def _listed_topics(self, namespace: str, *, probe: bool) -> list[tuple[TopicName, int]]:
+        """(topic, partitions, 0 when not partitioned); ``probe``: only directories with a log."""
         ns = NamespaceName.parse(namespace)
         if not self.namespace_exists(ns):
             raise NamespaceNotFound(f"namespace {ns} does not exist", namespace=str(ns))
-        out: list[str] = []
+        out: list[tuple[TopicName, int]] = []
         for domain in TopicDomain:
             base = f"{ns.tenant}/{ns.namespace}/{domain.value}"
             partitioned = set()
             for local in self.io.list_dir(f"{base}/_partitioned"):
                 name = TopicName.parse(f"{domain.value}://{ns}/{local}")
-                if self.partitioned_topic_metadata(name):
+                count = self.partitioned_topic_metadata(name)
+                if count:
                     partitioned.add(local)
-                    out.append(str(name))
+                    out.append((name, count))
             for local in self.io.list_dir(base):
                 if local.startswith(("_", ".")):
                     continue
                 name = TopicName.parse(f"{domain.value}://{ns}/{local}")
                 if name.is_partition and name.partitioned_topic_name.local_name in partitioned:
                     continue
-                if self.internal_topic_exists(name):
-                    out.append(str(name))
-        return sorted(out)
+                if not probe or self.internal_topic_exists(name):
+                    out.append((name, 0))
+        return out
 
     def ensure_not_partitioned_parent(self, topic: TopicName) -> None:
         if self.partitioned_topic_metadata(topic):

@@ -24,8 +24,11 @@ _LOG = logging.getLogger(__name__)
 _CHECKPOINT_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 
 
-def starting_state(io: FileIO, table_path: str) -> Snapshot:
+def starting_state(io: FileIO, table_path: str, *, listed: list[str] | None = None) -> Snapshot:
     """The state to replay the log from (see the module docstring).
+
+    ``listed``: when opening lists the log directory, the names it found are appended to this list
+    (the caller's gap check can then use them instead of listing again, ``TransactionLog._load``).
 
     Raises:
         TopicNotFound: there is no log at ``table_path``.
@@ -35,7 +38,7 @@ def starting_state(io: FileIO, table_path: str) -> Snapshot:
     damaged: list[LogCorrupted] = []
     snapshot = _try_checkpoint(io, table_path, start, damaged) if start is not None else None
     if snapshot is None:
-        snapshot = _without_hint(io, table_path, damaged, tried=start if damaged else None)
+        snapshot = _without_hint(io, table_path, damaged, tried=start if damaged else None, listed=listed)
     return snapshot
 
 
@@ -51,9 +54,12 @@ def _try_checkpoint(io: FileIO, table_path: str, version: int, damaged: list[Log
         return None
 
 
-def _without_hint(io: FileIO, table_path: str, damaged: list[LogCorrupted], *, tried: int | None) -> Snapshot:
+def _without_hint(io: FileIO, table_path: str, damaged: list[LogCorrupted], *, tried: int | None,
+                  listed: list[str] | None) -> Snapshot:
     # Rare path (no, stale or damaged hint): list the log once to find the newest readable checkpoint.
     names = io.list_dir(f"{table_path}/{LOG_DIR}")
+    if listed is not None:
+        listed.extend(names)
     checkpoints = sorted((int(m.group(1)) for n in names if (m := _CHECKPOINT_RE.match(n))), reverse=True)
     for version in checkpoints:
         snap = None if version == tried else _try_checkpoint(io, table_path, version, damaged)

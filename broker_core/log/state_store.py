@@ -139,9 +139,12 @@ class VersionedState:
             raise newest_damaged  # no readable version is left to fall back to
         self._version, self._doc = -1, None
 
-    def latest(self) -> tuple[int, Document | None]:
-        """The newest version and document (-1, None when nothing was ever written)."""
-        return self._latest(verify=True)
+    def latest(self, *, verify: bool = True) -> tuple[int, Document | None]:
+        """The newest version and document (-1, None when nothing was ever written).
+
+        ``verify=False`` skips the cleaned-up check (``_cleaned_up``) for a poller that makes it on a
+        schedule of its own (the metrics exporter): the poll is then one read of the next version."""
+        return self._latest(verify=verify)
 
     def _latest(self, *, verify: bool) -> tuple[int, Document | None]:
         """``latest``; ``verify=False`` skips the cleaned-up check, for ``update``, which re-reads the

@@ -60,6 +60,14 @@ class CommitResult:
     attempts: int
 
 
+def _no_commit_above(names: list[str], version: int) -> bool:
+    """Did a listing made before replaying up to ``version`` (whose next commit was then missing) show
+    no later commit?  Then no gap hides one: a commit is only ever created on top of the one before
+    it, so none can appear above a missing ``version + 1`` after the listing (``log.gaps``)."""
+    top = f"{version:020d}.json"
+    return not any(len(n) == 25 and n > top and n.endswith(".json") and n[:20].isdigit() for n in names)
+
+
 class TransactionLog:
     """Loads, polls and commits the Delta-style log of one table directory.
 
@@ -114,17 +122,18 @@ class TransactionLog:
         """Open the log: the starting checkpoint (``log.opening``), then the commits after it.  An
         opener lists the log once to make sure no commit is missing below the newest (``log.gaps``)."""
         self._tip = None
-        snapshot = self._replay_from(starting_state(self.io, self.table_path))
-        if not snapshot.deleted:
+        listed: list[str] = []
+        snapshot = self._replay_from(starting_state(self.io, self.table_path, listed=listed))
+        if not snapshot.deleted and not (listed and _no_commit_above(listed, snapshot.version)):
             check_no_gap(self.io, self.table_path, snapshot.version, listed=True)
         return snapshot
 
-    def _replay_from(self, snapshot: Snapshot) -> Snapshot:
+    def _replay_from(self, snapshot: Snapshot, *, verify: bool = True) -> Snapshot:
         check_readable(snapshot, self.table_path)
         if snapshot.deleted:
             # the tombstone ends this log: a version after it would belong to a topic re-created at this
             # path, so never probe for one; reload once the tombstoned log is gone (at most every second)
-            if self._snapshot is not None and self._cleaned_up_below(snapshot, rate_limited=True):
+            if verify and self._snapshot is not None and self._cleaned_up_below(snapshot, rate_limited=True):
                 return self._reload()
             self._snapshot = snapshot
             return snapshot
@@ -133,7 +142,7 @@ class TransactionLog:
         while not snapshot.deleted:
             read = self._read_commit(snapshot.version + 1)
             if read is None:
-                if replayed == 0 and self._verify_tip(snapshot):
+                if replayed == 0 and verify and self._verify_tip(snapshot):
                     return self._reload()
                 break
             actions, tip = read
@@ -260,12 +269,16 @@ class TransactionLog:
             self._own = None
             return self.live_snapshot()
 
-    def snapshot(self) -> Snapshot:
-        """The latest state (polls the next version files; loads on first use)."""
+    def snapshot(self, *, verify: bool = True) -> Snapshot:
+        """The latest state (polls the next version files; loads on first use).
+
+        ``verify=False`` skips the idle checks of the cached tip (``_verify_tip``, extra HEADs on an
+        object store) for a poller that makes them on a schedule of its own (the metrics exporter).
+        """
         with self._lock:
             if self._snapshot is None:
                 return self._load()
-            return self._replay_from(self._snapshot)
+            return self._replay_from(self._snapshot, verify=verify)
 
     def cached_snapshot(self) -> Snapshot:
         """The last known state without touching storage (loads on first use)."""

@@ -27,6 +27,9 @@ from broker_core.subscription.cursor import Cursor
 _LOG = logging.getLogger(__name__)
 _EMPTY = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 
+WHOLE_READ_BYTES = 64 * 1024
+"""Segments up to this size are read whole for their footer (one request instead of a footer read)."""
+
 Delayed = tuple[np.ndarray, np.ndarray]
 """Offsets of a segment's messages that carry a deliver-at time, and those times (epoch ms)."""
 
@@ -78,16 +81,20 @@ class DelayedCounter:
         for seg in snap.segments[snap.segment_index_for(low):]:
             rows = cache.segments.get(seg.path)
             if rows is None:
-                rows = self._read(f"{topic_path}/{seg.path}", seg.base_offset)
+                rows = self._read(f"{topic_path}/{seg.path}", seg.base_offset, seg.size_bytes)
             kept[seg.path] = rows
         parts = [r for r in kept.values() if len(r[0])]
         cache.rows = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])) if parts else _EMPTY
         cache.version, cache.low, cache.segments = snap.version, low, kept
         return cache.rows
 
-    def _read(self, path: str, base_offset: int) -> Delayed:
+    def _read(self, path: str, base_offset: int, size_bytes: int) -> Delayed:
         try:
-            with self.io.open_input(path) as source:
+            # a small segment (the add says how small) is read whole, in one request, and parsed from
+            # memory: cheaper than mapping it and reading its footer apart (D187); a missing file
+            # then takes the usual path, which says so
+            data = self.io.read_bytes(path) if size_bytes <= WHOLE_READ_BYTES else None
+            with self.io.open_input(path) if data is None else pa.BufferReader(data) as source:
                 parquet = pq.ParquetFile(source, pre_buffer=False)
                 meta = parquet.metadata
                 if _all_null(meta):

@@ -9,27 +9,41 @@ previous scrape and recomputed only when the log or that cursor moved; what chan
 (``docs/DECISIONS.md`` D162).
 
 The inventory (which tenants, namespaces, topics, partitions and subscriptions exist) costs a
-listing per namespace and a probe per topic, so it is refreshed every ``inventory_refresh_s``, not
-on every scrape.
+listing per namespace and one of each topic's subscriptions, so it is refreshed every
+``inventory_refresh_s``, not on every scrape; the handles' staleness checks run with it (D185).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from broker_core.broker.broker import Broker
-from broker_core.broker.stats_fields import backlog_bytes, backlog_messages, first_unacked, in_rates, publish_time_ms
+from broker_core.broker.stats_fields import (
+    backlog_bytes,
+    backlog_messages,
+    bounded_publish_time_ms,
+    first_unacked,
+    in_rates,
+    publish_time_ms,
+)
+from broker_core.broker.tenancy import topic_dir
 from broker_core.errors import PulsarException, TopicNotFound
 from broker_core.log.snapshot import Snapshot
+from broker_core.log.state_store import VersionedState
+from broker_core.log.transaction_log import TransactionLog
 from broker_core.naming import NamespaceName, TopicName
 from broker_core.subscription import activity
 from broker_core.subscription.cursor import Cursor
-from broker_core.subscription.cursor_store import list_subscriptions
+from broker_core.subscription.cursor_store import cursor_state, list_subscriptions
 
 _LOG = logging.getLogger(__name__)
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
 
 
 @dataclass(slots=True)
@@ -68,25 +82,29 @@ class _Known:
     subscriptions: list[str]
     listed_s: float
     samples: dict[str, SubscriptionSample] = field(default_factory=dict)
+    cursors: dict[str, VersionedState] = field(default_factory=dict)
 
 
 class Sampler:
     """Keeps what the previous scrape learned about each internal topic (see the module docstring).
 
     Args:
-        broker: the root's broker (its shared log and cursor handles are reused between scrapes).
+        broker: the root's broker (its storage and configuration; the sampler polls handles of its own).
         namespaces: only these (``tenant/namespace``); None: every namespace of every tenant.
         inventory_refresh_s: how old the list of topics and subscriptions may get.
+        threads: how many topics are read at once on an object store (``map``).
     """
 
     def __init__(self, broker: Broker, *, namespaces: list[str] | None = None,
-                 inventory_refresh_s: float = 60.0) -> None:
+                 inventory_refresh_s: float = 60.0, threads: int = 8) -> None:
         self.broker = broker
+        self.threads = threads
         self.namespaces = None if namespaces is None else [str(NamespaceName.parse(n)) for n in namespaces]
         self.inventory_refresh_s = inventory_refresh_s
         self._topics: list[TopicName] = []
         self._listed_s: float | None = None
         self._known: dict[TopicName, _Known] = {}
+        self._logs: dict[TopicName, TransactionLog] = {}
 
     def topics(self) -> list[TopicName]:
         """The persistent internal topics to sample (re-listed every ``inventory_refresh_s``)."""
@@ -94,7 +112,9 @@ class Sampler:
         if self._listed_s is None or now - self._listed_s >= self.inventory_refresh_s:
             self._topics = self._list_topics()
             self._listed_s = now
-            self._known = {t: k for t, k in self._known.items() if t in set(self._topics)}
+            listed = set(self._topics)
+            self._known = {t: k for t, k in self._known.items() if t in listed}
+            self._logs = {t: log for t, log in self._logs.items() if t in listed}
         return self._topics
 
     def _list_topics(self) -> list[TopicName]:
@@ -104,55 +124,81 @@ class Sampler:
             namespaces = [ns for tenant in admin.list_tenants() for ns in admin.list_namespaces(tenant)]
         out: list[TopicName] = []
         for ns in namespaces:
-            for name in admin.list_topics(ns):
-                topic = TopicName.parse(name)
-                if topic.is_persistent:
-                    out.extend(self.broker.partitions(topic, auto_create=False))
+            out.extend(sorted((t for t in admin.list_internal_topics(ns) if t.is_persistent), key=str))
         return out
 
     def sample_all(self, now_ms: int) -> list[TopicSample]:
         """Every topic's sample; a topic that cannot be read now is logged and left out of this scrape."""
-        out = []
-        for topic in self.topics():
-            try:
-                sample = self.sample(topic, now_ms)
-            except TopicNotFound:  # deleted since the inventory, or a partition nobody wrote yet
-                continue
-            except PulsarException as exc:
-                _LOG.warning("metrics: skipping %s this scrape: %s", topic, exc)
-                continue
-            if sample is not None:
-                out.append(sample)
-        return out
+        return [s for s in self.map(lambda topic: self._sample_or_skip(topic, now_ms), self.topics())
+                if s is not None]
+
+    def map(self, fn: Callable[[_In], _Out], items: Sequence[_In]) -> list[_Out]:
+        """``[fn(item) for item in items]``, on up to ``threads`` threads on an object store, where a
+        topic's work is round trips that release the GIL (D188); in order on a folder, where it is
+        Python code that threads would only make contend (measured)."""
+        if self.broker.io.is_local or self.threads <= 1 or len(items) <= 1:
+            return [fn(item) for item in items]
+        with ThreadPoolExecutor(min(self.threads, len(items)), thread_name_prefix="pubsub-metrics") as pool:
+            return list(pool.map(fn, items))
+
+    def _sample_or_skip(self, topic: TopicName, now_ms: int) -> TopicSample | None:
+        try:
+            return self.sample(topic, now_ms)
+        except TopicNotFound:  # deleted since the inventory, or a partition nobody wrote yet
+            return None
+        except PulsarException as exc:
+            _LOG.warning("metrics: skipping %s this scrape: %s", topic, exc)
+            return None
 
     def sample(self, topic: TopicName, now_ms: int) -> TopicSample | None:
-        """One internal topic's numbers; None when it has no log yet."""
-        log = self.broker.topic_log(topic, create=False)
-        if not log.exists():
-            return None
-        snap = log.snapshot()
-        if snap.deleted:
-            return None
+        """One internal topic's numbers; None when it has no log yet.
+
+        The sampler polls handles of its own, a bare transaction log per topic and a versioned state
+        per cursor: the process's shared ones carry a consumer's machinery (waiters, watchers, a
+        segment cache, a read-ahead), which ten thousand topics pay for in time and memory (D187).
+        Their idle staleness checks (a HEAD or two each on an object store, due every 10 s) run when
+        the topic's subscriptions are re-listed, every ``inventory_refresh_s``, and on every scrape
+        for a cursor that looks active (``_active``): a poll of an unchanged, idle topic is one read
+        of the next version of its log and of each cursor, whatever the scrape interval (D185)."""
         known = self._known.get(topic)
         now_s = time.monotonic()
-        if known is None or now_s - known.listed_s >= self.inventory_refresh_s:
-            path = "/".join(topic.relative_path())
+        refresh = known is None or now_s - known.listed_s >= self.inventory_refresh_s
+        checks = refresh and known is not None  # (a handle opened by this scrape has nothing to check)
+        path = topic_dir(topic)
+        log = self._logs.get(topic)
+        if log is None:
+            log = self._logs[topic] = TransactionLog(self.broker.io, path,
+                                                     checkpoint_interval=self.broker.config.checkpoint_interval)
+        try:  # (no ``exists`` probe first: opening the log finds out, and the probe would cost a HEAD)
+            snap = log.snapshot(verify=checks)
+        except TopicNotFound:
+            return None
+        if snap.deleted:
+            return None
+        if known is None or refresh:
             subs = list_subscriptions(self.broker.io, path)
-            known = _Known(subs, now_s, {} if known is None else known.samples)
+            previous = _Known([], now_s) if known is None else known
+            known = _Known(subs, now_s, {s: previous.samples[s] for s in subs if s in previous.samples},
+                           {s: previous.cursors[s] for s in subs if s in previous.cursors})
             self._known[topic] = known
         out = TopicSample(topic, snap, sum(s.size_bytes for s in snap.segments))
         for sub in known.subscriptions:
-            sample = self._subscription(topic, sub, snap, known.samples.get(sub))
+            state = known.cursors.get(sub)
+            if state is None:
+                state = known.cursors[sub] = cursor_state(self.broker.io, path, sub)
+            before = known.samples.get(sub)
+            verify = checks or (before is not None and _active(before.doc, now_ms, self.inventory_refresh_s))
+            sample = self._subscription(topic, state, snap, before, verify=verify)
             if sample is None:
                 known.samples.pop(sub, None)
             else:
                 known.samples[sub] = out.subscriptions[sub] = sample
         return out
 
-    def _subscription(self, topic: TopicName, sub: str, snap: Snapshot,
-                      before: SubscriptionSample | None) -> SubscriptionSample | None:
-        version, doc = self.broker.cursor_store(topic, sub).load_document()
-        if doc is None:
+    def _subscription(self, topic: TopicName, state: VersionedState, snap: Snapshot,
+                      before: SubscriptionSample | None, *, verify: bool) -> SubscriptionSample | None:
+        version, doc = state.latest(verify=verify)
+        if doc is None or doc.get("deleted"):
             return None
         if before is not None and before.version == version and before.log_version == snap.version:
             return before
@@ -163,8 +209,10 @@ class Sampler:
             earliest = 0
         elif before is not None and before.first_unacked == first and before.earliest_ms:
             earliest = before.earliest_ms  # the same oldest message: no read
-        else:
-            earliest = publish_time_ms(self.broker.topic_log(topic, create=False), snap, first) or 0
+        else:  # from the segment's publish-time bounds, else one read through the shared handle
+            earliest = bounded_publish_time_ms(snap, first) or 0
+            if not earliest:
+                earliest = publish_time_ms(self.broker.topic_log(topic, create=False), snap, first) or 0
         return SubscriptionSample(
             version=version,
             log_version=snap.version,
@@ -175,6 +223,20 @@ class Sampler:
             first_unacked=first,
             doc=doc,
         )
+
+
+def _active(doc: dict[str, Any], now_ms: int, window_s: float) -> bool:
+    """Might the cursor commit 50 versions before the next scrape, so that cleanup takes the version
+    after ours and a poll of it finds nothing?  It has a consumer whose lease is live, or it acked or
+    delivered within the window: such a cursor gets its staleness check on every scrape."""
+    window_ms = window_s * 1000
+    try:
+        recent = doc.get(activity.ACTIVITY_KEY) or {}
+        if max(int(recent.get("lastAckedMs", 0)), int(recent.get("lastConsumedMs", 0))) >= now_ms - window_ms:
+            return True
+        return any(int(c.get("leaseExpiresMs", 0)) > now_ms for c in (doc.get("consumers") or {}).values())
+    except (AttributeError, TypeError, ValueError):  # a record this version does not understand: check it
+        return True
 
 
 def topic_in_rates(sample: TopicSample, now_ms: int) -> tuple[float, float]:

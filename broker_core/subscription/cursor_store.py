@@ -41,10 +41,7 @@ class CursorStore(Waiters):
         self.topic_path = topic_path
         self.subscription = validate_subscription_name(subscription)
         super().__init__()
-        # a deleted topic's consumers re-create nothing (anchor); a damaged newest version falls back to
-        # an older one (acknowledgements since then are redelivered: at least once, never lost silently)
-        self.state = VersionedState(io, f"{topic_path}/{CURSORS_DIR}/{subscription}", keep_versions=50,
-                                    anchor=topic_path, validate=Cursor.from_json, fall_back=True)
+        self.state = cursor_state(io, topic_path, subscription)
         self._known: tuple[float, int, dict[str, Any] | None] | None = None  # (when, version, document)
 
     def load(self, *, max_age_s: float = 0.0) -> tuple[int, Cursor | None]:
@@ -103,9 +100,18 @@ class CursorStore(Waiters):
 
 
 
+def cursor_state(io: FileIO, topic_path: str, subscription: str) -> VersionedState:
+    """The versioned state behind a cursor (a reader that needs no waiters, like the metrics exporter,
+    may poll this alone)."""
+    # a deleted topic's consumers re-create nothing (anchor); a damaged newest version falls back to
+    # an older one (acknowledgements since then are redelivered: at least once, never lost silently)
+    return VersionedState(io, f"{topic_path}/{CURSORS_DIR}/{subscription}", keep_versions=50,
+                          anchor=topic_path, validate=Cursor.from_json, fall_back=True)
+
+
 def list_subscriptions(io: FileIO, topic_path: str) -> list[str]:
     """Names of the subscriptions that have (or had) a cursor on an internal topic."""
     return [n for n in io.list_dir(f"{topic_path}/{CURSORS_DIR}") if _SUBSCRIPTION_RE.match(n)]
 
 
-__all__ = ["CURSORS_DIR", "CursorStore", "list_subscriptions", "validate_subscription_name"]
+__all__ = ["CURSORS_DIR", "CursorStore", "cursor_state", "list_subscriptions", "validate_subscription_name"]
