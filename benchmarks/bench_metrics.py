@@ -85,6 +85,32 @@ def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
 
 
+def steady(collector: PulsarCollector, broker: Broker, n: int, interval_s: float = 60.0) -> None:
+    """Scrapes ``interval_s`` apart on the sampler's refresh clock (Prometheus's default interval), over
+    one subscription-refresh interval: the requests a topic costs per scrape on average, with each
+    topic's refresh (subscription listing and staleness checks) falling on one of those scrapes."""
+    from broker_core.metrics import sampling
+
+    real, offset = sampling._now_s, [0.0]
+    sampling._now_s = lambda: real() + offset[0]  # type: ignore[assignment]
+    try:
+        scrapes = max(1, round(collector.sampler.subscription_refresh_s / interval_s))
+        per_scrape = []
+        for _ in range(scrapes):
+            offset[0] += interval_s
+            before = requests(broker)
+            exposition(collector)
+            per_scrape.append(sum(delta(requests(broker), before).values()) / n)
+        if broker.io.is_local:
+            print(f"  {scrapes} scrapes {interval_s:.0f} s apart: n/a (local)")
+        else:
+            print(f"  {scrapes} scrapes {interval_s:.0f} s apart (one subscription refresh): "
+                  f"{sum(per_scrape) / scrapes:.2f} requests per topic per scrape on average "
+                  f"(each scrape: {', '.join(f'{x:.2f}' for x in per_scrape)})")
+    finally:
+        sampling._now_s = real  # type: ignore[assignment]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--topics", type=int, default=None, help="default 10,000 (1,000 with --s3)")
@@ -94,6 +120,8 @@ def main() -> None:
     parser.add_argument("--latency", choices=["standard", "express"], default=None,
                         help="on S3, the scrapes' simulated request latency (pubsub_simulated_latency)")
     parser.add_argument("--threads", type=int, default=8, help="the sampler's threads on S3")
+    parser.add_argument("--steady", action="store_true",
+                        help="also scrape a simulated minute apart over one subscription refresh (requests on S3)")
     parser.add_argument("--checks-as-opened", action="store_true",
                         help="on S3, leave the handles' staleness checks on their 10 s period")
     args = parser.parse_args()
@@ -137,7 +165,7 @@ def main() -> None:
             print(f"  warm scrape {i + 1}: {warm_s:6.2f} s  (storage part {collector.last_duration_s:.2f} s) "
                   f"requests {got or 'n/a (local)'}{per_topic}")
 
-        collector.sampler.inventory_refresh_s = 0.0
+        collector.sampler.inventory_refresh_s = collector.sampler.subscription_refresh_s = 0.0
         before = requests(broker)
         started = time.perf_counter()
         exposition(collector)
@@ -145,6 +173,9 @@ def main() -> None:
         per_topic = f", {sum(got.values()) / n:.2f} per topic" if got else ""
         print(f"  scrape refreshing the inventory: {time.perf_counter() - started:6.2f} s  "
               f"requests {got or 'n/a (local)'}{per_topic}")
+        if args.steady:  # (after the forced refresh: its clock runs ahead of the real one from here on)
+            collector.sampler.inventory_refresh_s, collector.sampler.subscription_refresh_s = 60.0, 300.0
+            steady(collector, broker, n)
 
         m = min(n, args.baseline_topics or n)
         baseline = fresh_broker(url, options)

@@ -35,7 +35,10 @@ def register(commands: Any) -> None:
                             help="only this namespace (repeatable; default: every namespace)")
         parser.add_argument("--cluster", help="the cluster label (default: the broker setting clusterName)")
         parser.add_argument("--inventory-refresh", type=seconds, default=60, metavar="SECONDS",
-                            help="re-list topics and subscriptions this often, e.g. 30s or 5m (default 60s)")
+                            help="re-list topics this often, e.g. 30s or 5m (default 60s)")
+        parser.add_argument("--subscription-refresh", type=seconds, default=300, metavar="SECONDS",
+                            help="re-list each topic's subscriptions and check its cached versions this often, "
+                                 "spread over the interval (default 5m)")
 
 
 def _port(text: str) -> int:
@@ -57,7 +60,8 @@ def _collector(ctx: Context, args: argparse.Namespace) -> Any:
         raise UsageError(f"pubsub metrics needs prometheus_client ({exc}): "
                          "pip install 'spark-pubsub[metrics]'") from exc
     broker = ctx.broker
-    sampler = Sampler(broker, namespaces=args.namespace, inventory_refresh_s=float(args.inventory_refresh))
+    sampler = Sampler(broker, namespaces=args.namespace, inventory_refresh_s=float(args.inventory_refresh),
+                      subscription_refresh_s=float(args.subscription_refresh))
     return PulsarCollector(sampler, cluster=args.cluster or broker.config.cluster_name)
 
 

@@ -8,15 +8,18 @@ previous scrape and recomputed only when the log or that cursor moved; what chan
 (rates over the last minute, backlog ages) is recomputed from the kept state in memory
 (``docs/DECISIONS.md`` D162).
 
-The inventory (which tenants, namespaces, topics, partitions and subscriptions exist) costs a
-listing per namespace and one of each topic's subscriptions, so it is refreshed every
-``inventory_refresh_s``, not on every scrape; the handles' staleness checks run with it (D185).
+The inventory costs a listing per namespace (which tenants, namespaces, topics and partitions exist),
+refreshed every ``inventory_refresh_s``, and a listing of each topic's subscriptions, refreshed per
+topic every ``subscription_refresh_s`` at a point of that interval the topic's name picks, so the
+refreshes spread over the scrapes instead of all landing on one; the handles' staleness checks run
+with a topic's subscription refresh (D185, D195).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -91,16 +94,20 @@ class Sampler:
     Args:
         broker: the root's broker (its storage and configuration; the sampler polls handles of its own).
         namespaces: only these (``tenant/namespace``); None: every namespace of every tenant.
-        inventory_refresh_s: how old the list of topics and subscriptions may get.
+        inventory_refresh_s: how old the list of topics may get.
+        subscription_refresh_s: how old a topic's list of subscriptions may get (and how often an idle
+            cursor's and log's cached versions are checked against cleanup).
         threads: how many topics are read at once on an object store (``map``).
     """
 
     def __init__(self, broker: Broker, *, namespaces: list[str] | None = None,
-                 inventory_refresh_s: float = 60.0, threads: int = 8) -> None:
+                 inventory_refresh_s: float = 60.0, subscription_refresh_s: float = 300.0,
+                 threads: int = 8) -> None:
         self.broker = broker
         self.threads = threads
         self.namespaces = None if namespaces is None else [str(NamespaceName.parse(n)) for n in namespaces]
         self.inventory_refresh_s = inventory_refresh_s
+        self.subscription_refresh_s = subscription_refresh_s
         self._topics: list[TopicName] = []
         self._listed_s: float | None = None
         self._known: dict[TopicName, _Known] = {}
@@ -108,7 +115,7 @@ class Sampler:
 
     def topics(self) -> list[TopicName]:
         """The persistent internal topics to sample (re-listed every ``inventory_refresh_s``)."""
-        now = time.monotonic()
+        now = _now_s()
         if self._listed_s is None or now - self._listed_s >= self.inventory_refresh_s:
             self._topics = self._list_topics()
             self._listed_s = now
@@ -157,12 +164,12 @@ class Sampler:
         per cursor: the process's shared ones carry a consumer's machinery (waiters, watchers, a
         segment cache, a read-ahead), which ten thousand topics pay for in time and memory (D187).
         Their idle staleness checks (a HEAD or two each on an object store, due every 10 s) run when
-        the topic's subscriptions are re-listed, every ``inventory_refresh_s``, and on every scrape
+        the topic's subscriptions are re-listed, every ``subscription_refresh_s``, and on every scrape
         for a cursor that looks active (``_active``): a poll of an unchanged, idle topic is one read
         of the next version of its log and of each cursor, whatever the scrape interval (D185)."""
         known = self._known.get(topic)
-        now_s = time.monotonic()
-        refresh = known is None or now_s - known.listed_s >= self.inventory_refresh_s
+        now_s = _now_s()
+        refresh = known is None or now_s - known.listed_s >= self.subscription_refresh_s
         checks = refresh and known is not None  # (a handle opened by this scrape has nothing to check)
         path = topic_dir(topic)
         log = self._logs.get(topic)
@@ -177,8 +184,11 @@ class Sampler:
             return None
         if known is None or refresh:
             subs = list_subscriptions(self.broker.io, path)
+            # a topic first seen is refreshed next at a point of the interval its name picks (then every
+            # interval): topics listed by one scrape would otherwise all refresh on one later scrape
+            listed_s = now_s - _phase(topic) * self.subscription_refresh_s if known is None else now_s
             previous = _Known([], now_s) if known is None else known
-            known = _Known(subs, now_s, {s: previous.samples[s] for s in subs if s in previous.samples},
+            known = _Known(subs, listed_s, {s: previous.samples[s] for s in subs if s in previous.samples},
                            {s: previous.cursors[s] for s in subs if s in previous.cursors})
             self._known[topic] = known
         out = TopicSample(topic, snap, sum(s.size_bytes for s in snap.segments))
@@ -187,7 +197,7 @@ class Sampler:
             if state is None:
                 state = known.cursors[sub] = cursor_state(self.broker.io, path, sub)
             before = known.samples.get(sub)
-            verify = checks or (before is not None and _active(before.doc, now_ms, self.inventory_refresh_s))
+            verify = checks or (before is not None and _active(before.doc, now_ms, self.subscription_refresh_s))
             sample = self._subscription(topic, state, snap, before, verify=verify)
             if sample is None:
                 known.samples.pop(sub, None)
@@ -223,6 +233,16 @@ class Sampler:
             first_unacked=first,
             doc=doc,
         )
+
+
+def _now_s() -> float:
+    """The clock the refresh intervals are measured on (a seam for tests and the benchmark)."""
+    return time.monotonic()
+
+
+def _phase(topic: TopicName) -> float:
+    """Where in the refresh interval ``topic`` falls, in [0, 1): stable across processes and restarts."""
+    return zlib.crc32(str(topic).encode()) / 2**32
 
 
 def _active(doc: dict[str, Any], now_ms: int, window_s: float) -> bool:

@@ -118,7 +118,7 @@ def test_warm_scrapes_read_the_maintenance_documents_only_with_the_inventory(
     assert "pubsub_maintenance_last_pass_jobs" not in warm
     if any_root.is_s3:  # the pass's commit to the log and the poll after it, none for the maintenance documents
         assert collector.last_requests.get("GET") == 2
-    fresh = PulsarCollector(Sampler(broker, inventory_refresh_s=0.0), clock=clock)
+    fresh = PulsarCollector(Sampler(broker, inventory_refresh_s=0.0, subscription_refresh_s=0.0), clock=clock)
     assert families(exposition(fresh))["pubsub_maintenance_last_pass_jobs"][C] == len(maintain.JOBS)
 
 

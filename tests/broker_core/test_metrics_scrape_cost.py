@@ -59,8 +59,8 @@ def fill(client: Client) -> None:
 
 def test_a_warm_scrape_is_one_get_per_log_and_cursor_when_the_staleness_checks_are_due(s3_client: Client) -> None:
     fill(s3_client)
-    # two minutes on: every subscription has been idle for longer than the inventory refresh
-    collector = PulsarCollector(Sampler(s3_client._broker), clock=ManualClock(int(time.time() * 1000) + 120_000))
+    # ten minutes on: every subscription has been idle for longer than the subscription refresh (5 min)
+    collector = PulsarCollector(Sampler(s3_client._broker), clock=ManualClock(int(time.time() * 1000) + 600_000))
     exposition(collector)  # cold: lists the inventory, opens every log and cursor
     for _ in range(3):
         got = families(exposition(collector))
@@ -72,7 +72,7 @@ def test_a_warm_scrape_is_one_get_per_log_and_cursor_when_the_staleness_checks_a
 
 def test_the_inventory_refresh_still_makes_the_staleness_checks(s3_client: Client) -> None:
     fill(s3_client)
-    collector = PulsarCollector(Sampler(s3_client._broker, inventory_refresh_s=0.0))
+    collector = PulsarCollector(Sampler(s3_client._broker, inventory_refresh_s=0.0, subscription_refresh_s=0.0))
     exposition(collector)
     exposition(collector)
     assert collector.last_requests.get("HEAD", 0) > 0  # the cached versions are checked to still exist
@@ -99,7 +99,7 @@ def test_a_cursor_that_moved_past_its_kept_versions_is_caught_up_at_the_inventor
             cleaner = store.state._cleaner
             if cleaner is not None:
                 cleaner.join()
-        sampler.inventory_refresh_s = 0.0  # the next scrape refreshes the inventory
+        sampler.inventory_refresh_s = sampler.subscription_refresh_s = 0.0  # the next scrape refreshes both
         assert families(exposition(collector))["pulsar_subscription_back_log"][key] == 10
     finally:
         client.close()
