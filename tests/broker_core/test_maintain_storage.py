@@ -1,0 +1,81 @@
+"""``pubsub maintain`` with its defaults keeps a trickled topic's storage bounded (issue 27, D180).
+
+Simulated half hour on a manual clock: a producer commits small segments every minute, a subscription
+acknowledges everything, and one maintenance pass runs per minute.  The files of removed segments must
+go ``removedSegmentGracePeriodInSeconds`` after their remove (plus at most one vacuum interval), and the
+log history ``logHistoryRetentionInSeconds`` after it was written (plus the cleanup interval and the
+checkpoint spacing), so the directory stops growing instead of keeping everything for 7 (30) days.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from jobs_worker import append, make_broker, set_cursor
+from moto_s3 import Root
+
+from broker_core.clock import ManualClock
+from broker_core.jobs.maintain import MaintenanceSchedule, run_job, run_maintenance_pass
+from broker_core.jobs.progress import MIN_SAFE_AGE_MS
+from broker_core.jobs.retention import run_retention
+from broker_core.log.checkpoint import LOG_DIR
+from broker_core.naming import TopicName
+
+T = "persistent://public/default/trickle"
+MINUTES = 30
+PER_MINUTE = 4
+_COMMIT = re.compile(r"^\d{20}\.json$")
+
+
+def test_storage_stays_bounded_with_the_default_schedule(any_root: Root) -> None:
+    broker = make_broker(any_root.url)
+    io = broker.io
+    path = "/".join(TopicName.parse(T).relative_path())
+    clock = ManualClock(int(time.time() * 1000))  # file times are real: the clock starts at the wall clock
+    schedule = MaintenanceSchedule.from_config(broker)
+    assert (schedule.vacuum_min_age_ms, schedule.log_retention_ms) == (600_000, 600_000)
+    assert schedule.orphan_min_age_ms == MIN_SAFE_AGE_MS
+    parts: list[int] = []
+    commits: list[int] = []
+    for _ in range(MINUTES):
+        for _ in range(PER_MINUTE):
+            append(broker, 3, topic=T, publish_ms=clock.now_ms())
+        log = broker.topic_log(TopicName.parse(T))
+        set_cursor(broker, "s", log.snapshot().next_offset, topic=T)  # everything acknowledged
+        summary = run_maintenance_pass(broker, execute=True, clock=clock, schedule=schedule)
+        assert not any(t["errors"] for t in summary["topics"]), summary
+        names = io.list_dir(path)
+        parts.append(sum(n.startswith("part-") for n in names))
+        commits.append(sum(bool(_COMMIT.match(n)) for n in io.list_dir(f"{path}/{LOG_DIR}")))
+        clock.advance(60_000)
+    print(f"part files per minute {parts}; log commits per minute {commits}")
+    written = MINUTES * PER_MINUTE
+    # a plateau: the last ten minutes hold no more files than the ten before them, and far fewer than written
+    assert max(parts[20:]) <= max(parts[10:20]) and max(parts[20:]) < written // 2, parts
+    assert max(commits[20:]) <= max(commits[10:20]) + PER_MINUTE * 5 and commits[-1] < written // 2, commits
+
+
+def test_a_removed_file_stays_for_the_grace_and_an_orphan_for_an_hour(any_root: Root) -> None:
+    broker = make_broker(any_root.url)
+    io = broker.io
+    path = "/".join(TopicName.parse(T).relative_path())
+    seg = append(broker, 3, topic=T)
+    append(broker, 3, topic=T)
+    set_cursor(broker, "s", 3, topic=T)
+    removed_ms = int(time.time() * 1000)
+    assert run_retention(broker, T, dry_run=False, now_ms=removed_ms).changed
+    orphan = f"{path}/part-00000000000000000000000000000000.parquet"  # a killed writer's
+    io.put_if_absent(orphan, b"orphan", anchor=path)
+    schedule = MaintenanceSchedule.from_config(broker)
+
+    def vacuum_at(ms: int) -> None:
+        run_job(broker, T, "vacuum", schedule=schedule, execute=True, now_ms=ms)
+
+    vacuum_at(removed_ms + schedule.vacuum_min_age_ms - 5_000)
+    assert io.exists(f"{path}/{seg.path}")  # inside the grace
+    vacuum_at(removed_ms + schedule.vacuum_min_age_ms + 5_000)
+    assert not io.exists(f"{path}/{seg.path}")  # the grace is over
+    assert io.exists(orphan)  # an orphan waits an hour
+    vacuum_at(removed_ms + MIN_SAFE_AGE_MS + 60_000)
+    assert not io.exists(orphan)
