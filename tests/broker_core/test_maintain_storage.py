@@ -12,10 +12,12 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
 from jobs_worker import append, make_broker, set_cursor
 from moto_s3 import Root
 
 from broker_core.clock import ManualClock
+from broker_core.errors import InvalidConfiguration
 from broker_core.jobs.maintain import MaintenanceSchedule, run_job, run_maintenance_pass
 from broker_core.jobs.progress import MIN_SAFE_AGE_MS
 from broker_core.jobs.retention import run_retention
@@ -79,3 +81,10 @@ def test_a_removed_file_stays_for_the_grace_and_an_orphan_for_an_hour(any_root: 
     assert io.exists(orphan)  # an orphan waits an hour
     vacuum_at(removed_ms + MIN_SAFE_AGE_MS + 60_000)
     assert not io.exists(orphan)
+
+
+@pytest.mark.parametrize("value", [0, -600_000, 59_999, True, 600.0, "10m", None])
+@pytest.mark.parametrize("name", ["vacuum_min_age_ms", "log_retention_ms"])
+def test_a_schedule_with_a_bad_age_is_refused(name: str, value: object) -> None:
+    with pytest.raises(InvalidConfiguration, match=f"maintenance {name} must be an int of at least 60000 ms"):
+        MaintenanceSchedule(**{name: value})  # type: ignore[arg-type]
