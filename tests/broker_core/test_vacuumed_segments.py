@@ -11,17 +11,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from jobs_worker import append
+from jobs_worker import append, log_of
 from moto_s3 import Root
 
-from broker_core import Client, ConsumerType, InitialPosition, MessageId
-from broker_core.broker.broker import Broker
+from broker_core import Client, ConsumerType, InitialPosition, MessageId, Timeout
 from broker_core.config import BrokerConfig
 from broker_core.log.snapshot import Snapshot
+from broker_core.naming import TopicName
+from broker_core.topic.scan import ScanTask, scan
 from broker_core.topic.topic_log import TopicLog
 
 TOPIC = "persistent://public/default/vacuumed"
@@ -33,19 +35,20 @@ GRACE_MS = 10 * 60_000
 
 @pytest.fixture
 def client(any_root: Root) -> Iterator[Client]:
-    c = Client(any_root.url, storage_options=any_root.storage_options, broker_config=BrokerConfig(fsync_enabled=False))
+    config = BrokerConfig(fsync_enabled=False, file_system_notifications_enabled=False)  # polls only: no early news
+    c = Client(any_root.url, storage_options=any_root.storage_options, broker_config=config)
     yield c
     c.close()
 
 
-def fill(client: Client) -> list[bytes]:
-    """``SEGMENTS`` segments of ``PER_SEGMENT`` messages each, written by another ``Broker`` (as by another
-    process: a writer's own process keeps the segments it wrote decoded, and would never read the files)."""
-    own = client._broker  # type: ignore[attr-defined]
-    writer = Broker(own.io, own.config)
-    for _ in range(SEGMENTS):
-        append(writer, PER_SEGMENT, topic=TOPIC)
-    return [f"p:{offset}".encode() for offset in range(SEGMENTS * PER_SEGMENT)]
+def fill(client: Client, segments: int = SEGMENTS) -> list[bytes]:
+    """``segments`` more segments of ``PER_SEGMENT`` messages each; their values.  (The process that writes
+    a segment keeps it decoded: ``stale_after_next_poll`` drops those copies, so reads go to the files.)"""
+    broker = client._broker  # type: ignore[attr-defined]
+    start = log_of(broker, TOPIC).snapshot().next_offset
+    for _ in range(segments):
+        append(broker, PER_SEGMENT, topic=TOPIC)
+    return [f"p:{offset}".encode() for offset in range(start, start + segments * PER_SEGMENT)]
 
 
 MAINTAIN = """
@@ -65,38 +68,60 @@ def merge_and_vacuum(root: Root) -> None:
     """What another process's ``pubsub maintain`` does: merge every segment, then vacuum once the grace
     has passed (in a process of its own: this process's cached log state does not see those commits)."""
     out = subprocess.run([sys.executable, "-c", MAINTAIN, root.url, json.dumps(root.storage_options), TOPIC,
-                          str(GRACE_MS)], capture_output=True, text=True, timeout=120, check=True)
+                          str(GRACE_MS)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
     done = json.loads(out.stdout.strip().splitlines()[-1])
     assert done["merged"] and done["deleted"] >= SEGMENTS - 1, done
 
 
-def stale_after_next_poll(log: TopicLog, act: Callable[[], None]) -> None:
-    """The next poll of ``log`` returns what it finds, then ``act`` runs and the decoded segments are
-    dropped (as a busy cache does): the poller reads with a snapshot from just before ``act``'s commits
-    and must go to storage (the race a short grace opens)."""
-    original = log.log.snapshot
-    armed = [True]
+def stale_after_next_poll(log: TopicLog, act: Callable[[], None], *,
+                          when: Callable[[Snapshot], bool] = lambda snap: True) -> threading.Event:
+    """The next poll of ``log`` whose result passes ``when`` returns what it found, but first ``act`` runs
+    and the decoded segments are dropped (as a busy cache does): the poller reads with a snapshot from
+    just before ``act``'s commits and must go to storage (the race a short grace opens).  The event is
+    set once a read has followed."""
+    original, read = log.log.snapshot, log._read
+    armed, acted, done = [True], [False], threading.Event()
 
     def snapshot() -> Snapshot:
         snap = original()
-        if armed[0]:
+        if armed[0] and when(snap):
             armed[0] = False
             act()
             log._cache.clear()
+            acted[0] = True
         return snap
 
+    def read_then_tell(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return read(*args, **kwargs)
+        finally:
+            if acted[0]:
+                done.set()
+
     log.log.snapshot = snapshot  # type: ignore[method-assign]
+    log._read = read_then_tell  # type: ignore[method-assign]
+    return done
 
 
 def test_a_consumer_reads_on_from_the_merged_segment_exactly_once_in_order(client: Client, any_root: Root) -> None:
-    values = fill(client)
+    """The dispatcher polls the log, finds new segments, and (before it reads them) another process
+    merges them and vacuums the originals: the consumer reads them from the merged segment, reporting
+    no damage."""
+    values = fill(client, 2)
     consumer = client.subscribe(TOPIC, "s", consumer_type=ConsumerType.Exclusive,
-                                initial_position=InitialPosition.Earliest, receiver_queue_size=2)
-    got = [consumer.receive(WAIT_MS) for _ in range(4)]
+                                initial_position=InitialPosition.Earliest)
+    got = [consumer.receive(WAIT_MS) for _ in range(len(values))]
     part: Any = consumer._parts[0]  # type: ignore[attr-defined]
-    stale_after_next_poll(part.log, lambda: merge_and_vacuum(any_root))
-    got += [consumer.receive(WAIT_MS) for _ in range(len(values) - 4)]
+    total = SEGMENTS * PER_SEGMENT
+    done = stale_after_next_poll(part.log, lambda: merge_and_vacuum(any_root),
+                                 when=lambda snap: snap.next_offset >= total)
+    values += fill(client, SEGMENTS - 2)
+    assert done.wait(WAIT_MS / 1000)  # the dispatcher's own poll found them and read (no receive in between)
+    got += [consumer.receive(WAIT_MS) for _ in range(total - len(got))]
     assert [m.data() for m in got] == values
+    with pytest.raises(Timeout):  # nothing more, and no damage to report
+        consumer.receive(200)
     for msg in got:
         consumer.acknowledge(msg)
     consumer.close()
@@ -112,3 +137,17 @@ def test_a_reader_reads_on_from_the_merged_segment_exactly_once_in_order(client:
     assert [m.data() for m in got] == values
     assert not reader.has_message_available()
     reader.close()
+
+
+def test_a_spark_scan_task_reads_on_from_the_merged_segment(client: Client, any_root: Root) -> None:
+    """The Spark source's executor side (``scan``) loads the log once per task and reads range after
+    range with that snapshot: a task still running when vacuum deletes what a merge replaced reads on."""
+    values = fill(client)
+    path = "/".join(TopicName.parse(TOPIC).relative_path())
+    task = ScanTask(root=any_root.url, topic_path=path, topic=TOPIC, partition=-1, ranges=((0, len(values)),),
+                    storage_options=tuple(any_root.storage_options.items()))
+    chunks = scan(task, max_rows=PER_SEGMENT)
+    got = [v.as_py() for v in next(chunks).rows.column("value")]
+    merge_and_vacuum(any_root)
+    got += [v.as_py() for chunk in chunks for v in chunk.rows.column("value")]
+    assert got == values
