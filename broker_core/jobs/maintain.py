@@ -254,14 +254,19 @@ def pass_summary(out: dict[str, Any], ended_ms: int) -> dict[str, Any]:
 
 
 def record_last_runs(state: VersionedState, runs: dict[str, dict[str, int]],
-                     last_pass: dict[str, Any] | None = None) -> None:
+                     last_pass: dict[str, Any] | None = None, *, keep_only: Iterable[str] | None = None) -> None:
     """Merge ``runs`` into the stored last-run times, and replace ``lastPass`` when given (one
-    put-if-absent commit); other keys of the document are kept."""
+    put-if-absent commit); other keys of the document are kept.  ``keep_only``: every topic of the root
+    (a pass over the whole root): the entries of other topics (deleted ones) are dropped, so the document
+    does not grow with every topic ever created (D182)."""
     if not runs and last_pass is None:
         return
+    kept = None if keep_only is None else set(keep_only)
 
     def merge(doc: Document | None) -> Document:
         last = dict((doc or {}).get("lastRun") or {})
+        if kept is not None:
+            last = {topic: jobs for topic, jobs in last.items() if topic in kept}
         for topic, jobs in runs.items():
             last[topic] = {**last.get(topic, {}), **jobs}
         merged = {**(doc or {}), "lastRun": last}
@@ -330,7 +335,9 @@ def run_maintenance_pass(
             if clock.now_ms() - flushed_ms >= RECORD_EVERY_MS:
                 record_last_runs(state, pending)
                 pending, flushed_ms = {}, clock.now_ms()
-        record_last_runs(state, pending, pass_summary(out, clock.now_ms()) if execute else None)
+        whole = out["status"] == "done" and namespaces is None  # every topic of the root was listed
+        record_last_runs(state, pending, pass_summary(out, clock.now_ms()) if execute else None,
+                         keep_only=topics if whole else None)
     finally:
         if out["status"] == "done":
             lease.release()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 from jobs_worker import append, make_broker, set_cursor
@@ -18,7 +19,7 @@ from moto_s3 import Root
 
 from broker_core.clock import ManualClock
 from broker_core.errors import InvalidConfiguration
-from broker_core.jobs.maintain import MaintenanceSchedule, run_job, run_maintenance_pass
+from broker_core.jobs.maintain import MaintenanceSchedule, read_last_runs, run_job, run_maintenance_pass, state_store
 from broker_core.jobs.progress import MIN_SAFE_AGE_MS
 from broker_core.jobs.retention import run_retention
 from broker_core.log.checkpoint import LOG_DIR
@@ -88,3 +89,20 @@ def test_a_removed_file_stays_for_the_grace_and_an_orphan_for_an_hour(any_root: 
 def test_a_schedule_with_a_bad_age_is_refused(name: str, value: object) -> None:
     with pytest.raises(InvalidConfiguration, match=f"maintenance {name} must be an int of at least 60000 ms"):
         MaintenanceSchedule(**{name: value})  # type: ignore[arg-type]
+
+
+def test_the_last_run_times_of_a_deleted_topic_are_dropped(tmp_path: Path) -> None:
+    broker = make_broker(tmp_path)
+    other = "persistent://public/default/gone"
+    append(broker, 3, topic=T)
+    append(broker, 3, topic=other)
+    clock = ManualClock(int(time.time() * 1000))
+    run_maintenance_pass(broker, execute=True, clock=clock)
+    assert set(read_last_runs(state_store(broker))) == {T, other}
+    broker.admin.delete_topic(other, force=True)
+    clock.advance(60_000)
+    run_maintenance_pass(broker, namespaces=["public/default"], execute=True, clock=clock)
+    assert set(read_last_runs(state_store(broker))) == {T, other}  # a pass over part of the root prunes nothing
+    clock.advance(60_000)
+    run_maintenance_pass(broker, execute=True, clock=clock)
+    assert set(read_last_runs(state_store(broker))) == {T}
