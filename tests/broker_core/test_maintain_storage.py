@@ -19,6 +19,7 @@ from moto_s3 import Root
 
 from broker_core.clock import ManualClock
 from broker_core.errors import InvalidConfiguration
+from broker_core.jobs.log_maintenance import vacuum
 from broker_core.jobs.maintain import MaintenanceSchedule, read_last_runs, run_job, run_maintenance_pass, state_store
 from broker_core.jobs.progress import MIN_SAFE_AGE_MS
 from broker_core.jobs.retention import run_retention
@@ -106,3 +107,13 @@ def test_the_last_run_times_of_a_deleted_topic_are_dropped(tmp_path: Path) -> No
     clock.advance(60_000)
     run_maintenance_pass(broker, execute=True, clock=clock)
     assert set(read_last_runs(state_store(broker))) == {T}
+
+
+@pytest.mark.parametrize("value", [60_000, 0, -1, True, "1h", 3.6e6])
+def test_vacuum_refuses_an_orphan_age_under_the_hour(tmp_path: Path, value: object) -> None:
+    """The short grace is for files a committed remove retired; an orphan may be a staged write's."""
+    broker = make_broker(tmp_path)
+    append(broker, 3, topic=T)
+    with pytest.raises(InvalidConfiguration, match="orphan_min_age_ms"):
+        vacuum(broker, T, min_age_ms=600_000, enforce_min_age=False, orphan_min_age_ms=value,  # type: ignore[arg-type]
+               dry_run=False)

@@ -12,15 +12,18 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from jobs_worker import append, log_of
+from jobs_worker import append, log_of, set_cursor
 from moto_s3 import Root
 
 from broker_core import Client, ConsumerType, InitialPosition, MessageId, Timeout
 from broker_core.config import BrokerConfig
+from broker_core.errors import SegmentCorrupted
+from broker_core.jobs import run_retention, vacuum
 from broker_core.log.snapshot import Snapshot
 from broker_core.naming import TopicName
 from broker_core.topic.scan import ScanTask, scan
@@ -151,3 +154,25 @@ def test_a_spark_scan_task_reads_on_from_the_merged_segment(client: Client, any_
     merge_and_vacuum(any_root)
     got += [v.as_py() for chunk in chunks for v in chunk.rows.column("value")]
     assert got == values
+
+
+def test_a_read_past_segments_retention_retired_and_vacuum_deleted_goes_on_from_the_earliest(
+        client: Client, any_root: Root) -> None:
+    """Offsets retention retired are no longer stored: a read with an older snapshot returns the ones
+    that are (as Pulsar moves a reader on past a deleted ledger), and real damage still raises."""
+    fill(client, 4)
+    broker = client._broker  # type: ignore[attr-defined]
+    path = "/".join(TopicName.parse(TOPIC).relative_path())
+    old = TopicLog(broker.io, path)  # another reader's handle, its snapshot taken before retention
+    snap = old.snapshot()
+    set_cursor(broker, "s", 2 * PER_SEGMENT, topic=TOPIC)
+    assert run_retention(broker, TOPIC, dry_run=False).changed
+    later = int(time.time() * 1000) + GRACE_MS + 1000
+    vacuum(broker, TOPIC, min_age_ms=GRACE_MS, now_ms=later, dry_run=False, enforce_min_age=False)
+    rows, offsets = old.read(0, 4 * PER_SEGMENT, snapshot=snap)
+    assert offsets.tolist() == list(range(2 * PER_SEGMENT, 4 * PER_SEGMENT))
+    assert [v.as_py() for v in rows.column("value")] == [f"p:{o}".encode() for o in offsets]
+    live = old.snapshot().segments[-1]
+    broker.io.delete(f"{path}/{live.path}")  # a live segment's file gone: damage, reported as before
+    with pytest.raises(SegmentCorrupted, match="is missing"):
+        TopicLog(broker.io, path).read(live.base_offset, live.end_offset)
