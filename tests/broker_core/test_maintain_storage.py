@@ -22,7 +22,15 @@ from moto_s3 import Root
 from broker_core.clock import ManualClock
 from broker_core.errors import InvalidConfiguration
 from broker_core.jobs.log_maintenance import vacuum
-from broker_core.jobs.maintain import MaintenanceSchedule, read_last_runs, run_job, run_maintenance_pass, state_store
+from broker_core.jobs.maintain import (
+    JOBS,
+    MaintenanceSchedule,
+    due_jobs,
+    read_last_runs,
+    run_job,
+    run_maintenance_pass,
+    state_store,
+)
 from broker_core.jobs.progress import MIN_SAFE_AGE_MS
 from broker_core.jobs.retention import run_retention
 from broker_core.log.checkpoint import LOG_DIR
@@ -120,3 +128,14 @@ def test_vacuum_refuses_an_orphan_age_under_the_hour(tmp_path: Path, value: obje
     with pytest.raises(InvalidConfiguration, match="orphan_min_age_ms"):
         vacuum(broker, T, min_age_ms=600_000, enforce_min_age=False, orphan_min_age_ms=value,  # type: ignore[arg-type]
                dry_run=False)
+
+
+def test_a_job_started_late_in_a_pass_is_due_at_the_pass_one_interval_later() -> None:
+    """Passes start every minute; a job's recorded time is its own start, a little later.  The pass one
+    interval later must run it, not the one after (retention every 2 minutes, not 3)."""
+    schedule = MaintenanceSchedule()
+    pass_ms = 1_800_000_000_000
+    last = {job: pass_ms + 250 for job in JOBS}  # each job started 250 ms into the pass
+    assert "retention" in due_jobs(last, schedule, pass_ms + 120_000)
+    assert set(due_jobs(last, schedule, pass_ms + 300_000)) >= {"vacuum", "cleanup-logs", "merge-segments", "ttl"}
+    assert "retention" not in due_jobs(last, schedule, pass_ms + 60_000)  # not a pass early
