@@ -29,7 +29,8 @@ under 1 s while producers run, and a drain of >= 20,000 msg/s per consumer proce
 
 ``--maintain-minutes M`` (issue #27) measures something else: one producer trickles tiny segments for M
 minutes (a consumer acknowledging them) while only ``pubsub maintain --every 1m --execute`` maintains the
-root, and the topic's live segment count and the root's bytes are sampled over time.
+root, and the topic's live segment count and the root's bytes are sampled over time, beside the same
+workload on a root nothing maintains (the baseline of the same run).
 
 This is a benchmark, not a test: nothing is asserted.
 """
@@ -155,49 +156,96 @@ def live_segments(root: str) -> int:
     return len(log.snapshot().segments) if log.exists() else 0
 
 
+def storage_breakdown(root: str) -> dict[str, int]:
+    """The root's bytes by what they are: segment files, log commits, checkpoints, cursors, producer
+    state, maintenance state, the rest (what grows, if storage grows)."""
+    out = {"segments": 0, "log_commits": 0, "log_checkpoints": 0, "log_other": 0, "cursors": 0, "producers": 0,
+           "maintenance": 0, "other": 0}
+    for d, _, files in os.walk(root):
+        rel = os.path.relpath(d, root)
+        for f in files:
+            if f.endswith(".npy"):
+                continue
+            size = os.path.getsize(os.path.join(d, f))
+            if "_delta_log" in rel:
+                key = ("log_checkpoints" if ".checkpoint." in f else "log_commits" if f.endswith(".json")
+                       else "log_other")
+            elif "_cursors" in rel:
+                key = "cursors"
+            elif "_producers" in rel:
+                key = "producers"
+            elif rel.startswith("_pubsub"):
+                key = "maintenance"
+            elif f.startswith("part-"):
+                key = "segments"
+            else:
+                key = "other"
+            out[key] += size
+    return out
+
+
 def maintain_beside_trickle(base: str | None, minutes: float, rate: float, sample_s: float,
-                            consumer: bool) -> dict[str, Any]:
+                            consumer: bool, broker_toml: str | None = None) -> dict[str, Any]:
     """One producer commits a tiny segment ``rate`` times a second for ``minutes`` (a consumer acknowledges
     everything unless ``consumer`` is False) while only ``pubsub maintain --every 1m --execute`` maintains
-    the root; every ``sample_s`` seconds print the topic's live segments and the root's bytes."""
+    the root; every ``sample_s`` seconds print the topic's live segments and the root's bytes.  The same
+    workload runs on a second root that nothing maintains: its figures are the baseline of the same run.
+    ``broker_toml``: settings written to the maintained root's ``_pubsub/broker.toml`` (a smoke run's
+    shorter grace); by default none, so the command runs with its defaults."""
     root = tempfile.mkdtemp(prefix="bench-trickle-maintain-", dir=base)
+    bare = tempfile.mkdtemp(prefix="bench-trickle-unmaintained-", dir=base)
+    if broker_toml is not None:
+        os.makedirs(os.path.join(root, "_pubsub"), exist_ok=True)
+        shutil.copyfile(broker_toml, os.path.join(root, "_pubsub", "broker.toml"))
     segments = int(minutes * 60 * rate)
     procs: list[subprocess.Popen[str]] = []
     try:
-        producer = spawn("producer", {"root": root, "segments": segments, "rate": rate, "index": 0,
-                                      "out": os.path.join(root, "producer-0.npy")}, str(_REPO))
-        procs.append(producer)
-        if consumer:
-            procs.append(spawn("consumer", {"root": root, "count": segments * MESSAGES_PER_SEGMENT,
-                                            "out": os.path.join(root, "consumer.npy")}, str(_REPO)))
+        producers = []
+        for where in (root, bare):
+            producers.append(spawn("producer", {"root": where, "segments": segments, "rate": rate, "index": 0,
+                                                "out": os.path.join(where, "producer-0.npy")}, str(_REPO)))
+            procs.append(producers[-1])
+            if consumer:
+                procs.append(spawn("consumer", {"root": where, "count": segments * MESSAGES_PER_SEGMENT,
+                                                "out": os.path.join(where, "consumer.npy")}, str(_REPO)))
         passes_log = root + ".maintain.jsonl"  # beside the root: a stray file in it is not a tenant
+        command = [sys.executable, "-m", "broker_core.cli", "--root", root, "maintain", "--every", "1m", "--execute",
+                   "--json"]  # the issue's command (--json only shapes the output the benchmark parses)
+        print("maintenance: " + " ".join(command[1:]), flush=True)
         with open(passes_log, "w") as out:
-            maintain = subprocess.Popen([sys.executable, "-m", "broker_core.cli", "--root", root, "maintain",
-                                         "--every", "1m", "--execute", "--json"], stdout=out,
-                                        env={**os.environ, "PYTHONPATH": str(_REPO)}, cwd=str(_REPO))
-        assert producer.stdin is not None
-        producer.stdin.write("go\n")
-        producer.stdin.flush()
+            maintain = subprocess.Popen(command, stdout=out, env={**os.environ, "PYTHONPATH": str(_REPO)},
+                                        cwd=str(_REPO))
+        for producer in producers:
+            assert producer.stdin is not None
+            producer.stdin.write("go\n")
+            producer.stdin.flush()
         start = time.time()
-        samples: list[tuple[float, int, int]] = []
-        while producer.poll() is None or not samples:
+        samples: list[tuple[float, int, int, int, int]] = []
+        while any(p.poll() is None for p in producers) or not samples:
             time.sleep(sample_s)
-            sample = (time.time() - start, live_segments(root), tree_bytes(root))
+            sample = (time.time() - start, live_segments(root), tree_bytes(root), live_segments(bare), tree_bytes(bare))
             samples.append(sample)
-            print(f"  t={sample[0]:7.0f} s  live segments {sample[1]:6d}  storage {sample[2]:12,d} bytes", flush=True)
+            print(f"  t={sample[0]:7.0f} s  live segments {sample[1]:6d}  storage {sample[2]:12,d} bytes   "
+                  f"unmaintained: live segments {sample[3]:6d}  storage {sample[4]:12,d} bytes", flush=True)
         maintain.terminate()
         maintain.wait(60)
         with open(passes_log) as f:
             passes = [json.loads(line) for line in f if line.strip()]
         errors = sum(len(t["errors"]) for p in passes for t in p.get("topics", []))
+        every_5_min = {f"storage_at_{m}_min_bytes": min(samples, key=lambda s, m=m: abs(s[0] - 60 * m))[2]
+                       for m in range(5, int(minutes) + 1, 5)}
         return {"segments_committed": segments, "max_live_segments": max(s[1] for s in samples),
                 "storage_start_bytes": samples[0][2], "storage_end_bytes": samples[-1][2],
-                "storage_max_bytes": max(s[2] for s in samples), "passes": len(passes), "job_errors": errors}
+                "storage_max_bytes": max(s[2] for s in samples), **every_5_min,
+                "unmaintained_live_segments_end": samples[-1][3], "unmaintained_storage_end_bytes": samples[-1][4],
+                "breakdown_end": storage_breakdown(root), "unmaintained_breakdown_end": storage_breakdown(bare),
+                "passes": len(passes), "job_errors": errors}
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(bare, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             os.remove(root + ".maintain.jsonl")
 
@@ -341,6 +389,9 @@ def main() -> None:
                         "`pubsub maintain --every 1m --execute` runs; prints live segments and storage bytes")
     parser.add_argument("--sample-s", type=float, default=30.0, help="with --maintain-minutes: sampling period")
     parser.add_argument("--no-consumer", action="store_true", help="with --maintain-minutes: no consumer")
+    parser.add_argument("--maintain-config", default=None, metavar="TOML",
+                        help="with --maintain-minutes: broker settings for the maintained root (a smoke run's shorter "
+                        "removedSegmentGracePeriodInSeconds); by default the command's defaults")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.worker:
@@ -352,7 +403,7 @@ def main() -> None:
               f"{MESSAGES_PER_SEGMENT} x {VALUE_BYTES} B for {opts.maintain_minutes:g} min"
               f"{'' if opts.no_consumer else ', one consumer acknowledging'}", flush=True)
         figures = maintain_beside_trickle(opts.root, opts.maintain_minutes, opts.segments_per_s, opts.sample_s,
-                                          not opts.no_consumer)
+                                          not opts.no_consumer, opts.maintain_config)
         print(json.dumps(figures))
         return
     variants = [("this checkout", str(_REPO))]

@@ -118,7 +118,7 @@ def maintain_with_spark(spark: SparkSession, root: str, *, namespaces: Sequence[
         out["status"] = "done"
         if execute:
             record_last_runs(state, {r["report"]["topic"]: r["ran"] for r in results if r["ran"]},
-                             pass_summary(out, lease.clock.now_ms()))
+                             pass_summary(out, lease.clock.now_ms()), keep_only=topics if namespaces is None else None)
         lease.release()
     out["elapsedMs"] = (time.monotonic() - started) * 1000
     return out

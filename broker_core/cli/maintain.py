@@ -16,9 +16,8 @@ from typing import Any
 
 from broker_core.cli.common import Context, Output, UsageError, add_command, count, duration_ms
 from broker_core.errors import PulsarException
-from broker_core.jobs.maintain import MaintenanceSchedule, list_topics, run_maintenance_pass
+from broker_core.jobs.maintain import MIN_GRACE_MS, MaintenanceSchedule, list_topics, run_maintenance_pass
 from broker_core.jobs.maintenance_lease import DEFAULT_LEASE_MS, MaintenanceLease
-from broker_core.jobs.progress import MIN_SAFE_AGE_MS
 
 _sleep = time.sleep  # tests replace it
 
@@ -47,9 +46,12 @@ def register(commands: Any) -> None:
     parser.add_argument("--lease", type=interval_ms, default=DEFAULT_LEASE_MS, metavar="DURATION",
                         help=f"how long the leader lease lasts unrenewed (default {DEFAULT_LEASE_MS // 1000}s)")
     parser.add_argument("--log-retention", type=duration_ms, metavar="DURATION",
-                        help="cleanup-logs keeps this much log history (default 30d, at least 1h)")
+                        help="cleanup-logs keeps this much log history (default: logHistoryRetentionInSeconds, "
+                        "10m; at least 1m)")
     parser.add_argument("--vacuum-min-age", type=duration_ms, metavar="DURATION",
-                        help="vacuum deletes files removed longer ago than this (default 7d, at least 1h)")
+                        help="vacuum deletes segment files removed longer ago than this (default: "
+                        "removedSegmentGracePeriodInSeconds, 10m; at least 1m); files no commit names wait "
+                        "at least 1h")
     parser.add_argument("--execute", action="store_true", help="apply the changes (default: a dry run)")
 
 
@@ -67,9 +69,9 @@ def _maintain(ctx: Context, args: argparse.Namespace) -> Output:
     ages = {"log_retention_ms": (args.log_retention, "--log-retention"),
             "vacuum_min_age_ms": (args.vacuum_min_age, "--vacuum-min-age")}
     for ms, option in ages.values():
-        if ms is not None and ms < MIN_SAFE_AGE_MS:
-            raise UsageError(f"{option} is under the safe minimum of {MIN_SAFE_AGE_MS // 60_000} minutes: in-flight "
-                             "writes and slow readers could lose files")
+        if ms is not None and ms < MIN_GRACE_MS:
+            raise UsageError(f"{option} is under the minimum of {MIN_GRACE_MS // 1000} seconds: a read in flight "
+                             "could meet a deleted file; give e.g. 10m")
     broker = ctx.broker
     schedule = MaintenanceSchedule.from_config(broker, **{k: ms for k, (ms, _) in ages.items() if ms is not None})
     list_topics(broker, args.namespace)  # an unknown namespace fails now, not as every pass's error

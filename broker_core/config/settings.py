@@ -196,6 +196,20 @@ class BrokerConfig(BaseModel):
 
     # --- spark-pubsub storage settings (not in Pulsar) --------------------------------------------
 
+    removed_segment_grace_period_in_seconds: int = Field(
+        default=600,
+        ge=60,
+        description="How long after a committed remove (merge, retention, TTL, compaction) `pubsub maintain`'s "
+        "vacuum deletes the segment file (Pulsar deletes a ledger once nothing needs it; readers holding an "
+        "older snapshot re-read the log). Files no commit ever named keep the one-hour floor.",
+    )
+    log_history_retention_in_seconds: int = Field(
+        default=600,
+        ge=60,
+        description="How much log history (commits, checkpoints) `pubsub maintain`'s cleanup-logs keeps: it "
+        "deletes what precedes the newest checkpoint older than this.",
+    )
+
     checkpoint_interval: int = Field(
         default=100,
         gt=0,

@@ -12,18 +12,19 @@
 - ``vacuum`` deletes (a) the files of ``remove`` tombstones whose ``deletionTimestamp`` is older than
   ``min_age_ms`` and (b) orphan segments: top-level ``part-<hex>[.<codec>].parquet`` files named by no
   live ``add``, no tombstone and no staged-write manifest (``_pubsub/txn``), whose mtime is older than
-  ``min_age_ms`` (left by a killed writer or an aborted Spark batch).  It never touches hidden or state
-  paths (``_delta_log``, ``_cursors``, ``_producers``, anything starting with ``_`` or ``.``), nor
-  files it does not recognise (they are reported).  It then commits one ``VACUUM END`` commit which
-  also expires deduplication entries beyond ``brokerDeduplicationMaxNumberOfProducers`` (the least
-  recently updated go; ``txn`` with version -1, which every replayer drops, see
+  ``orphan_min_age_ms`` (default ``min_age_ms``; left by a killed writer or an aborted Spark batch).
+  It never touches hidden or state paths (``_delta_log``, ``_cursors``, ``_producers``, anything
+  starting with ``_`` or ``.``), nor files it does not recognise (they are reported).  It then commits
+  one ``VACUUM END`` commit which also expires deduplication entries beyond
+  ``brokerDeduplicationMaxNumberOfProducers`` (the least recently updated go; ``txn`` with version -1,
+  which every replayer drops, see
   ``log.snapshot.is_expired_txn``), and checkpoints that version without the tombstones older than
   ``tombstone_retention_ms`` whose files are gone.  Delta has no action that forgets a tombstone;
   checkpoints dropping expired ones is how Delta itself expires them.  A process that loaded the log
   earlier may write them into a later checkpoint again; the next vacuum drops them again.
 
 Vacuum also deletes crash temp files (``.<name>.<uuid>.tmp``) of the topic's state directories older
-than ``min_age_ms``.  Neither job deletes anything on a plan made below a missing commit (a gap,
+than ``orphan_min_age_ms``.  Neither job deletes anything on a plan made below a missing commit (a gap,
 ``log.gaps``): the commits after the gap reference files that would look unreferenced.  Vacuum also
 re-checks the commits that landed while it planned, and keeps every file they name.
 
@@ -274,7 +275,8 @@ def expired_txns(snap: Snapshot, max_producers: int) -> list[str]:
 
 def vacuum(broker: Broker, topic: str | TopicName, *, min_age_ms: int, dry_run: bool = True,
            now_ms: int | None = None, tombstone_retention_ms: int | None = None,
-           max_producers: int | None = None, enforce_min_age: bool = True) -> JobSummary[VacuumResult]:
+           max_producers: int | None = None, enforce_min_age: bool = True,
+           orphan_min_age_ms: int | None = None) -> JobSummary[VacuumResult]:
     """Delete expired removed segments and old orphan segments, expire surplus dedup entries and old
     tombstones (see the module docstring).
 
@@ -286,6 +288,9 @@ def vacuum(broker: Broker, topic: str | TopicName, *, min_age_ms: int, dry_run: 
             (default: ``min_age_ms``).
         max_producers: dedup entries kept (default: ``brokerDeduplicationMaxNumberOfProducers``).
         enforce_min_age: refuse a ``min_age_ms`` under ``MIN_SAFE_AGE_MS``.
+        orphan_min_age_ms: files no commit names (and crash temp files) younger than this stay (default:
+            ``min_age_ms``); never under ``MIN_SAFE_AGE_MS``, because a staged write may still commit
+            them (``pubsub maintain`` passes a short ``min_age_ms`` with ``enforce_min_age=False``, D180).
 
     Raises:
         TopicNotFound, NamespaceNotFound: the target does not exist.
@@ -293,10 +298,11 @@ def vacuum(broker: Broker, topic: str | TopicName, *, min_age_ms: int, dry_run: 
     """
     check_flag(dry_run, "dry_run")
     age = check_age(min_age_ms, "min_age_ms", enforce=enforce_min_age)
+    orphan_age = age if orphan_min_age_ms is None else check_age(orphan_min_age_ms, "orphan_min_age_ms", enforce=True)
     tomb_age = check_ms(tombstone_retention_ms, "tombstone_retention_ms", allow_none=True)
     keep = check_ms(max_producers, "max_producers", allow_none=True, minimum=1)
     options: dict[str, Any] = {
-        "now": now_or(now_ms), "age": age, "tomb_age": age if tomb_age is None else tomb_age,
+        "now": now_or(now_ms), "age": age, "orphan_age": orphan_age, "tomb_age": age if tomb_age is None else tomb_age,
         "max_producers": broker.config.broker_deduplication_max_number_of_producers if keep is None else keep,
         "dry_run": dry_run,
     }
@@ -306,8 +312,8 @@ def vacuum(broker: Broker, topic: str | TopicName, *, min_age_ms: int, dry_run: 
                     dry_run=dry_run)
 
 
-def _vacuum(broker: Broker, topic: TopicName, staged: set[str], *, now: int, age: int, tomb_age: int,
-            max_producers: int, dry_run: bool) -> VacuumResult:
+def _vacuum(broker: Broker, topic: TopicName, staged: set[str], *, now: int, age: int, orphan_age: int,
+            tomb_age: int, max_producers: int, dry_run: bool) -> VacuumResult:
     if existing_log(broker, topic) is None:
         return VacuumResult(str(topic), (), (), 0, 0, (), (), 0, None, dry_run)
     io, path = broker.io, topic_dir(topic)
@@ -346,7 +352,7 @@ def _vacuum(broker: Broker, topic: TopicName, staged: set[str], *, now: int, age
         stat = io.stat(f"{path}/{name}") if codec_of(name) is not None else None
         if stat is None:
             unknown.append(name)  # not a segment of ours (a directory, a stray file): never deleted
-        elif stat.mtime_ms <= now - age:
+        elif stat.mtime_ms <= now - orphan_age:
             orphans.append(name)
             sizes[name] = stat.size_bytes
         else:
@@ -354,7 +360,7 @@ def _vacuum(broker: Broker, topic: TopicName, staged: set[str], *, now: int, age
     # tombstones old enough to leave the checkpoint, once their files are gone
     gone = {p for p in missing | set(removed)
             if p not in live and (snap.tombstones[p].deletion_timestamp or 0) <= now - tomb_age}
-    temps = crash_temp_files(io, path, older_than_ms=now - age)
+    temps = crash_temp_files(io, path, older_than_ms=now - orphan_age)
     result = VacuumResult(str(topic), tuple(sorted(removed)), tuple(sorted(orphans)), sum(sizes.values()),
                           young, tuple(unknown), tuple(expired_txns(snap, max_producers)), len(gone), None,
                           dry_run, tuple(temps))

@@ -33,6 +33,7 @@ from broker_core.jobs.compaction import compact_topic, plan_compaction
 from broker_core.jobs.log_maintenance import checkpoint, cleanup_logs, vacuum
 from broker_core.jobs.maintenance_lease import MaintenanceLease
 from broker_core.jobs.merge_segments import merge_segments
+from broker_core.jobs.progress import MIN_SAFE_AGE_MS
 from broker_core.jobs.retention import run_retention
 from broker_core.jobs.ttl import run_ttl
 from broker_core.log.state_store import Document, VersionedState
@@ -49,14 +50,24 @@ JOBS = ("retention", "ttl", "backlog", "compaction", "merge-segments", "checkpoi
 """Every job a pass runs, in the order it runs them on one topic (retention before vacuum frees files)."""
 
 
+MIN_GRACE_MS = 60_000
+"""The shortest removed-segment grace and log-history retention the schedule accepts (one minute): a
+reader reads a file within moments of the poll that named it, and one that is slower re-reads the log
+(D181), but a grace shorter than one Spark micro-batch's scan would make such queries restart."""
+
+
 @dataclass(frozen=True, slots=True)
 class MaintenanceSchedule:
     """How often each job runs on a topic, and the log jobs' ages.
 
     The first four intervals come from ``BrokerConfig`` (``from_config``); the rest are ours:
     segments are merged every 5 minutes (a trickle of small commits must not pile up segments), a
-    checkpoint is written every 10 minutes, and log history and removed files are cleaned up hourly,
-    keeping Delta's defaults of 30 days of log history and 7 days of removed files.
+    checkpoint is written every 10 minutes, and log history and removed files are cleaned up every 5
+    minutes.  Storage stays bounded as in Pulsar, which deletes a ledger once retention no longer needs
+    it: a removed segment's file goes ``removedSegmentGracePeriodInSeconds`` (10 min) after its remove
+    was committed, and log history older than ``logHistoryRetentionInSeconds`` (10 min) goes (D180).
+    Files no commit ever named keep the one-hour floor (``orphan_min_age_ms``): a staged write may still
+    commit them.
     """
 
     retention_ms: int = 120_000
@@ -65,10 +76,23 @@ class MaintenanceSchedule:
     compaction_ms: int = 60_000
     merge_ms: int = 5 * 60_000
     checkpoint_ms: int = 10 * 60_000
-    cleanup_ms: int = 60 * 60_000
-    vacuum_ms: int = 60 * 60_000
-    log_retention_ms: int = 30 * 24 * 3_600_000
-    vacuum_min_age_ms: int = 7 * 24 * 3_600_000
+    cleanup_ms: int = 5 * 60_000
+    vacuum_ms: int = 5 * 60_000
+    log_retention_ms: int = 10 * 60_000
+    vacuum_min_age_ms: int = 10 * 60_000
+
+    def __post_init__(self) -> None:
+        for name in ("log_retention_ms", "vacuum_min_age_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < MIN_GRACE_MS:
+                raise InvalidConfiguration(
+                    f"maintenance {name} must be an int of at least {MIN_GRACE_MS} ms (one minute), got {value!r}",
+                    argument=name)
+
+    @property
+    def orphan_min_age_ms(self) -> int:
+        """How old a file no commit names must be before vacuum deletes it: never under one hour."""
+        return max(MIN_SAFE_AGE_MS, self.vacuum_min_age_ms)
 
     @classmethod
     def from_config(cls, broker: Broker, **overrides: int) -> MaintenanceSchedule:
@@ -78,6 +102,8 @@ class MaintenanceSchedule:
             "ttl_ms": c.message_expiry_check_interval_in_minutes * 60_000,
             "backlog_ms": c.backlog_quota_check_interval_in_seconds * 1000,
             "compaction_ms": c.broker_service_compaction_monitor_interval_in_seconds * 1000,
+            "log_retention_ms": c.log_history_retention_in_seconds * 1000,
+            "vacuum_min_age_ms": c.removed_segment_grace_period_in_seconds * 1000,
         }
         values.update(overrides)
         return cls(**values)
@@ -111,9 +137,20 @@ def list_topics(broker: Broker, namespaces: Sequence[str] | None) -> list[str]:
     return [t for ns in names for t in broker.admin.list_topics(ns) if TopicName.parse(t).is_persistent]
 
 
+DUE_SLACK = 20
+"""A job is due once all but 1/20 of its interval has passed.  What is recorded is the time the job
+started, a little after the pass that decided it began; without slack, the pass exactly one interval
+later finds it a few milliseconds short and the job waits one more pass (retention every 3 minutes
+instead of 2 under `--every 1m`, which let a trickled topic reach 180 live segments; D184)."""
+
+
 def due_jobs(last_run: dict[str, int], schedule: MaintenanceSchedule, now_ms: int) -> list[str]:
-    """The jobs whose interval has passed since their last run (never run: due)."""
-    return [job for job in JOBS if now_ms - last_run.get(job, -(2**62)) >= schedule.interval_ms(job)]
+    """The jobs whose interval has passed since their last run, less ``1/DUE_SLACK`` of it (never run: due)."""
+    def due(job: str) -> bool:
+        interval = schedule.interval_ms(job)
+        return now_ms - last_run.get(job, -(2**62)) >= interval - interval // DUE_SLACK
+
+    return [job for job in JOBS if due(job)]
 
 
 def compaction_backlog_bytes(broker: Broker, topic: str) -> int:
@@ -156,10 +193,12 @@ def run_job(broker: Broker, topic: str, job: str, *, schedule: MaintenanceSchedu
             return {"skipped": "dry run (a checkpoint writes a file)"}
         return _summary(checkpoint(broker, topic))
     if job == "cleanup-logs":
+        # the schedule's ages are checked (``MIN_GRACE_MS``) and safe for readers (D180, D181)
         return _summary(cleanup_logs(broker, topic, retention_ms=schedule.log_retention_ms, dry_run=dry,
-                                     now_ms=now_ms))
+                                     now_ms=now_ms, enforce_min_age=False))
     if job == "vacuum":
-        return _summary(vacuum(broker, topic, min_age_ms=schedule.vacuum_min_age_ms, dry_run=dry, now_ms=now_ms))
+        return _summary(vacuum(broker, topic, min_age_ms=schedule.vacuum_min_age_ms, dry_run=dry, now_ms=now_ms,
+                               enforce_min_age=False, orphan_min_age_ms=schedule.orphan_min_age_ms))
     raise InvalidConfiguration(f"unknown maintenance job {job!r}; one of {', '.join(JOBS)}", argument="job")
 
 
@@ -226,14 +265,19 @@ def pass_summary(out: dict[str, Any], ended_ms: int) -> dict[str, Any]:
 
 
 def record_last_runs(state: VersionedState, runs: dict[str, dict[str, int]],
-                     last_pass: dict[str, Any] | None = None) -> None:
+                     last_pass: dict[str, Any] | None = None, *, keep_only: Iterable[str] | None = None) -> None:
     """Merge ``runs`` into the stored last-run times, and replace ``lastPass`` when given (one
-    put-if-absent commit); other keys of the document are kept."""
+    put-if-absent commit); other keys of the document are kept.  ``keep_only``: every topic of the root
+    (a pass over the whole root): the entries of other topics (deleted ones) are dropped, so the document
+    does not grow with every topic ever created (D182)."""
     if not runs and last_pass is None:
         return
+    kept = None if keep_only is None else set(keep_only)
 
     def merge(doc: Document | None) -> Document:
         last = dict((doc or {}).get("lastRun") or {})
+        if kept is not None:
+            last = {topic: jobs for topic, jobs in last.items() if topic in kept}
         for topic, jobs in runs.items():
             last[topic] = {**last.get(topic, {}), **jobs}
         merged = {**(doc or {}), "lastRun": last}
@@ -302,7 +346,9 @@ def run_maintenance_pass(
             if clock.now_ms() - flushed_ms >= RECORD_EVERY_MS:
                 record_last_runs(state, pending)
                 pending, flushed_ms = {}, clock.now_ms()
-        record_last_runs(state, pending, pass_summary(out, clock.now_ms()) if execute else None)
+        whole = out["status"] == "done" and namespaces is None  # every topic of the root was listed
+        record_last_runs(state, pending, pass_summary(out, clock.now_ms()) if execute else None,
+                         keep_only=topics if whole else None)
     finally:
         if out["status"] == "done":
             lease.release()
@@ -311,7 +357,9 @@ def run_maintenance_pass(
 
 
 __all__ = [
+    "DUE_SLACK",
     "JOBS",
+    "MIN_GRACE_MS",
     "STATE_DIR",
     "JobObserver",
     "MaintenanceSchedule",

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from broker_core.errors import CommitNotDurable, DirectoryGone, TopicDeleted
+from broker_core.errors import CommitNotDurable, DirectoryGone, SegmentCorrupted, TopicDeleted
 from broker_core.log.actions import Action, Add, Metadata, Txn
 from broker_core.log.segment import (
     SMALL_SEGMENT_BYTES,
@@ -404,12 +404,34 @@ class TopicLog(Waiters):
     def _read(self, start: int, end: int, snapshot: Snapshot | None, *,
               partial: bool, ahead_to: int | None) -> tuple[pa.Table, np.ndarray, int]:
         snap = snapshot or self.log.cached_snapshot()
+        while True:
+            def spanned(first: int, count: int, snap: Snapshot = snap) -> None:
+                if ahead_to is not None and count >= _READAHEAD_MIN_SEGMENTS:
+                    self._read_ahead(snap, first, count, ahead_to)
 
-        def spanned(first: int, count: int) -> None:
-            if ahead_to is not None and count >= _READAHEAD_MIN_SEGMENTS:
-                self._read_ahead(snap, first, count, ahead_to)
+            try:
+                return read_range(snap, start, end, self.segment_rows, partial=partial, spanned=spanned)
+            except SegmentCorrupted as exc:
+                newer = self._moved_past(snap, exc)
+                if newer is None:
+                    raise
+                snap = newer
 
-        return read_range(snap, start, end, self.segment_rows, partial=partial, spanned=spanned)
+    def _moved_past(self, snap: Snapshot, exc: SegmentCorrupted) -> Snapshot | None:
+        """The latest state when it no longer holds the segment ``exc`` names, else None (real damage).
+
+        A reader's snapshot may name a segment that a later commit removed (merged into a bigger one,
+        or retired by retention) and that vacuum has since deleted (``pubsub maintain`` deletes them
+        after ``removedSegmentGracePeriodInSeconds``): that is no damage, the offsets now live in the
+        merged segment or are gone as retention meant, so the read is redone against the latest state
+        (D181).  Each retry needs a newer version, so the loop ends."""
+        latest = self.log.snapshot()
+        if latest.version <= snap.version:
+            return None
+        damaged = exc.context.get("path")
+        if any(f"{self.path}/{seg.path}" == damaged for seg in latest.segments):
+            return None
+        return latest
 
     def _read_ahead(self, snap: Snapshot, first: int, count: int, until: int) -> None:
         """A read that spanned ``count`` segments (a backlog of tiny ones): have the next as many small

@@ -78,6 +78,13 @@ def test_the_log_ages_can_be_chosen(root: Path, capsys: Any, monkeypatch: pytest
     code, _, err = run(root, capsys, "--vacuum-min-age", "1h", "--log-retention", "2d")
     assert code == 0, err
     assert seen[0].vacuum_min_age_ms == 3_600_000 and seen[0].log_retention_ms == 2 * 86_400_000
+    code, _, err = run(root, capsys, "--vacuum-min-age", "2m", "--log-retention", "1m")  # under the 1 h guard
+    assert code == 0, err
+    assert seen[1].vacuum_min_age_ms == 120_000 and seen[1].log_retention_ms == 60_000
+    assert seen[1].orphan_min_age_ms == 3_600_000  # files no commit names keep the one-hour floor
+    code, _, err = run(root, capsys)  # the defaults: the broker settings (10 minutes each)
+    assert code == 0, err
+    assert seen[2].vacuum_min_age_ms == 600_000 and seen[2].log_retention_ms == 600_000
 
 
 @pytest.mark.parametrize(
@@ -89,8 +96,12 @@ def test_the_log_ages_can_be_chosen(root: Path, capsys: Any, monkeypatch: pytest
         (["--passes", "2"], "--passes goes with --every"),
         (["--namespace", "public/nope"], "namespace public/nope does not exist"),
         (["--namespace", "public/nope", "--every", "1m"], "namespace public/nope does not exist"),
-        (["--vacuum-min-age", "10m"], "--vacuum-min-age is under the safe minimum of 60 minutes"),
-        (["--log-retention", "59m"], "--log-retention is under the safe minimum"),
+        (["--vacuum-min-age", "59s"], "--vacuum-min-age is under the minimum of 60 seconds"),
+        (["--vacuum-min-age", "0s"], "--vacuum-min-age is under the minimum"),
+        (["--vacuum-min-age=-5m"], "invalid duration '-5m'"),
+        (["--vacuum-min-age", "ten"], "invalid duration 'ten'"),
+        (["--log-retention", "30s"], "--log-retention is under the minimum"),
+        (["--log-retention", "0m"], "--log-retention is under the minimum"),
     ],
 )
 def test_bad_input_is_refused(root: Path, capsys: Any, args: list[str], message: str) -> None:

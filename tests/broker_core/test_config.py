@@ -118,6 +118,12 @@ def test_wrong_type(tmp_path: Path) -> None:
         ("producerLeaseMs = -30000", "producerLeaseMs"),
         ("commitMaxRetries = 0", "commitMaxRetries"),
         ("checkpointInterval = 0", "checkpointInterval"),
+        ("removedSegmentGracePeriodInSeconds = 0", "removedSegmentGracePeriodInSeconds = 0"),
+        ("removedSegmentGracePeriodInSeconds = -600", "(expected an int >= 60)"),
+        ("removedSegmentGracePeriodInSeconds = 59", "removedSegmentGracePeriodInSeconds = 59"),
+        ('removedSegmentGracePeriodInSeconds = "10m"', "removedSegmentGracePeriodInSeconds = '10m'"),
+        ("logHistoryRetentionInSeconds = 0", "logHistoryRetentionInSeconds = 0"),
+        ("logHistoryRetentionInSeconds = 600.5", "logHistoryRetentionInSeconds = 600.5"),
     ],
 )
 def test_bad_values(tmp_path: Path, toml: str, fragment: str) -> None:

@@ -59,9 +59,9 @@ def test_a_pass_runs_each_job_at_its_interval_and_a_new_runner_knows_what_is_due
     assert ran(other) == {T1: ["backlog", "compaction"], T2: ["backlog", "compaction"]}
     clock.advance(60_000)  # 121 s: retention (120 s) too
     assert ran(run_maintenance_pass(broker, execute=True, clock=clock))[T1] == ["backlog", "compaction", "retention"]
-    clock.advance(180_000)  # 301 s: message expiry (5 min), merge-segments (5 min)
+    clock.advance(180_000)  # 301 s: message expiry, merge-segments, log cleanup and vacuum (5 min each)
     assert ran(run_maintenance_pass(broker, execute=True, clock=clock))[T1] == [
-        "backlog", "compaction", "merge-segments", "retention", "ttl"]
+        "backlog", "cleanup-logs", "compaction", "merge-segments", "retention", "ttl", "vacuum"]
 
 
 def test_intervals_come_from_the_pulsar_named_settings(tmp_path: Path) -> None:
