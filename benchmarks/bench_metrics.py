@@ -57,14 +57,15 @@ from broker_core.producer.bulk import to_segment_rows  # noqa: E402
 from broker_core.subscription.cursor import ConsumerType, new_cursor  # noqa: E402
 
 
-def fill(broker: Broker, n: int) -> list[TopicName]:
+def fill(broker: Broker, n: int, *, caught_up: bool = False) -> list[TopicName]:
+    """``n`` topics of one message and one subscription, which has it in its backlog unless ``caught_up``."""
     broker.admin.list_tenants()  # creates public/default
     names = [TopicName.parse(f"persistent://public/default/t{i:05d}") for i in range(n)]
     rows, _ = to_segment_rows(pa.table({"value": [b"x"]}), publish_time_ms=int(time.time() * 1000),
                               max_message_size=1 << 20, default_producer="bench")
     for name in names:
         broker.topic_log(name).append(rows, layout=[1])
-        broker.cursor_store(name, "s").update(lambda _c: new_cursor("s", ConsumerType.Shared, 0))
+        broker.cursor_store(name, "s").update(lambda _c: new_cursor("s", ConsumerType.Shared, 1 if caught_up else 0))
     return names
 
 
@@ -88,27 +89,27 @@ def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 def steady(collector: PulsarCollector, broker: Broker, n: int, interval_s: float = 60.0) -> None:
     """Scrapes ``interval_s`` apart on the sampler's refresh clock (Prometheus's default interval), over
     one subscription-refresh interval: the requests a topic costs per scrape on average, with each
-    topic's refresh (subscription listing and staleness checks) falling on one of those scrapes."""
+    topic's refresh (subscription listing and staleness checks) falling on one of those scrapes.
+
+    The sampler's clock is left running ahead of the real one afterwards: the refresh times it keeps
+    are on it, and a clock that went back would make every refresh wait."""
     from broker_core.metrics import sampling
 
     real, offset = sampling._now_s, [0.0]
-    sampling._now_s = lambda: real() + offset[0]  # type: ignore[assignment]
-    try:
-        scrapes = max(1, round(collector.sampler.subscription_refresh_s / interval_s))
-        per_scrape = []
-        for _ in range(scrapes):
-            offset[0] += interval_s
-            before = requests(broker)
-            exposition(collector)
-            per_scrape.append(sum(delta(requests(broker), before).values()) / n)
-        if broker.io.is_local:
-            print(f"  {scrapes} scrapes {interval_s:.0f} s apart: n/a (local)")
-        else:
-            print(f"  {scrapes} scrapes {interval_s:.0f} s apart (one subscription refresh): "
-                  f"{sum(per_scrape) / scrapes:.2f} requests per topic per scrape on average "
-                  f"(each scrape: {', '.join(f'{x:.2f}' for x in per_scrape)})")
-    finally:
-        sampling._now_s = real  # type: ignore[assignment]
+    sampling._now_s = lambda: real() + offset[0]
+    scrapes = max(1, round(collector.sampler.subscription_refresh_s / interval_s))
+    per_scrape = []
+    for _ in range(scrapes):
+        offset[0] += interval_s
+        before = requests(broker)
+        exposition(collector)
+        per_scrape.append(sum(delta(requests(broker), before).values()) / n)
+    if broker.io.is_local:
+        print(f"  {scrapes} scrapes {interval_s:.0f} s apart: n/a (local)")
+    else:
+        print(f"  {scrapes} scrapes {interval_s:.0f} s apart (one subscription refresh): "
+              f"{sum(per_scrape) / scrapes:.2f} requests per topic per scrape on average "
+              f"(each scrape: {', '.join(f'{x:.2f}' for x in per_scrape)})")
 
 
 def main() -> None:
@@ -120,6 +121,8 @@ def main() -> None:
     parser.add_argument("--latency", choices=["standard", "express"], default=None,
                         help="on S3, the scrapes' simulated request latency (pubsub_simulated_latency)")
     parser.add_argument("--threads", type=int, default=8, help="the sampler's threads on S3")
+    parser.add_argument("--caught-up", action="store_true",
+                        help="subscriptions that have consumed the topic's message (no backlog)")
     parser.add_argument("--steady", action="store_true",
                         help="also scrape a simulated minute apart over one subscription refresh (requests on S3)")
     parser.add_argument("--checks-as-opened", action="store_true",
@@ -139,7 +142,7 @@ def main() -> None:
         url, options = tempfile.mkdtemp(prefix="bench-metrics-"), {}
     try:
         started = time.perf_counter()
-        names = fill(fresh_broker(url, options), n)
+        names = fill(fresh_broker(url, options), n, caught_up=args.caught_up)
         print(f"{n:,} topics on {'S3 (moto)' if args.s3 else 'a local folder'}, filled in "
               f"{time.perf_counter() - started:.1f} s; load average {os.getloadavg()[0]:.1f}")
 
@@ -165,6 +168,8 @@ def main() -> None:
             print(f"  warm scrape {i + 1}: {warm_s:6.2f} s  (storage part {collector.last_duration_s:.2f} s) "
                   f"requests {got or 'n/a (local)'}{per_topic}")
 
+        if args.steady:  # (the sampler's clock runs ahead of the real one from here on)
+            steady(collector, broker, n)
         collector.sampler.inventory_refresh_s = collector.sampler.subscription_refresh_s = 0.0
         before = requests(broker)
         started = time.perf_counter()
@@ -173,9 +178,6 @@ def main() -> None:
         per_topic = f", {sum(got.values()) / n:.2f} per topic" if got else ""
         print(f"  scrape refreshing the inventory: {time.perf_counter() - started:6.2f} s  "
               f"requests {got or 'n/a (local)'}{per_topic}")
-        if args.steady:  # (after the forced refresh: its clock runs ahead of the real one from here on)
-            collector.sampler.inventory_refresh_s, collector.sampler.subscription_refresh_s = 60.0, 300.0
-            steady(collector, broker, n)
 
         m = min(n, args.baseline_topics or n)
         baseline = fresh_broker(url, options)

@@ -2,7 +2,8 @@
 
 A scrape must stay cheap on an object store, where every request is billed: for a topic nothing
 happened to since the last scrape, it costs the poll of the next log version and of each
-subscription's next cursor version (one GET each that answers 404), and nothing else.  What changes
+subscription's next cursor version (one GET each that answers 404), and nothing else; a
+subscription that was caught up costs nothing while the log does not move.  What changes
 only with a commit (sizes, backlogs, the oldest unacked message's publish time) is kept from the
 previous scrape and recomputed only when the log or that cursor moved; what changes with the clock
 (rates over the last minute, backlog ages) is recomputed from the kept state in memory
@@ -166,7 +167,8 @@ class Sampler:
         Their idle staleness checks (a HEAD or two each on an object store, due every 10 s) run when
         the topic's subscriptions are re-listed, every ``subscription_refresh_s``, and on every scrape
         for a cursor that looks active (``_active``): a poll of an unchanged, idle topic is one read
-        of the next version of its log and of each cursor, whatever the scrape interval (D185)."""
+        of the next version of its log and of each cursor, whatever the scrape interval (D185), and
+        of its log alone when every subscription was caught up and the log did not move (D197)."""
         known = self._known.get(topic)
         now_s = _now_s()
         refresh = known is None or now_s - known.listed_s >= self.subscription_refresh_s
@@ -197,6 +199,11 @@ class Sampler:
             if state is None:
                 state = known.cursors[sub] = cursor_state(self.broker.io, path, sub)
             before = known.samples.get(sub)
+            if not refresh and before is not None and before.backlog == 0 and before.log_version == snap.version:
+                # caught up on a log that did not move: no ack, claim or delivery can change its numbers,
+                # only a seek or a reset, which the subscription refresh picks up (D197)
+                known.samples[sub] = out.subscriptions[sub] = before
+                continue
             verify = checks or (before is not None and _active(before.doc, now_ms, self.subscription_refresh_s))
             sample = self._subscription(topic, state, snap, before, verify=verify)
             if sample is None:

@@ -145,3 +145,40 @@ def test_opening_a_log_without_a_checkpoint_lists_it_once(s3_client: Client) -> 
     snap = TransactionLog(io, topic_dir(TopicName.parse(U))).snapshot()
     assert snap.next_offset == 1
     assert io.request_counts["LIST"] - before.get("LIST", 0) == 1
+
+
+def test_a_caught_up_subscription_on_an_unchanged_log_costs_no_request(s3_client: Client) -> None:
+    """One GET per topic (its log's next version) while its subscriptions are caught up; a message moves
+    the log and the cursor is polled again; a seek back shows at the subscription refresh (D197)."""
+    v = "persistent://public/default/v"
+    key = (("cluster", "standalone"), ("namespace", "public/default"), ("subscription", "d"), ("topic", v))
+    consumer = s3_client.subscribe(v, "d", initial_position=InitialPosition.Earliest)
+    producer = s3_client.create_producer(v, batching_enabled=False)
+    for i in range(3):
+        producer.send(f"m{i}".encode())
+    for _ in range(3):
+        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    consumer.close()
+    sampler = Sampler(s3_client._broker)
+    collector = PulsarCollector(sampler, clock=ManualClock(int(time.time() * 1000) + 600_000))
+    exposition(collector)  # cold
+    exposition(collector)  # polls the cursor once more: it sees the sample it kept is current
+    for _ in range(2):
+        got = families(exposition(collector))
+        assert {k: n for k, n in collector.last_requests.items() if n} == {"GET": 1}  # the log's poll only
+        assert got["pulsar_subscription_back_log"][key] == 0
+
+    producer.send(b"m3")  # the log moves: the cursor is polled again and the backlog is seen
+    assert families(exposition(collector))["pulsar_subscription_back_log"][key] == 1
+    assert collector.last_requests["GET"] >= 2
+
+    consumer = s3_client.subscribe(v, "d")
+    consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+    consumer.close()  # (the acknowledgment is committed by then)
+    assert families(exposition(collector))["pulsar_subscription_back_log"][key] == 0  # caught up again
+    rewind = s3_client.subscribe(v, "d")
+    rewind.seek(0)  # back to the first message (publish time 0): the log does not move
+    rewind.close()
+    assert families(exposition(collector))["pulsar_subscription_back_log"][key] == 0  # not polled ...
+    sampler.subscription_refresh_s = 0.0
+    assert families(exposition(collector))["pulsar_subscription_back_log"][key] == 4  # ... until the refresh
