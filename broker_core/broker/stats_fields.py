@@ -87,10 +87,10 @@ def publish_time_ms(log: TopicLog, snap: Snapshot, offset: int) -> int | None:
     index = snap.segment_index_for(offset)
     if offset >= snap.next_offset or index >= len(snap.segments):
         return None
-    seg = snap.segments[index]
-    if seg.min_publish_ms == seg.max_publish_ms:
-        return seg.min_publish_ms  # (``bounded_publish_time_ms``)
-    first = max(offset, seg.base_offset)
+    bounded = bounded_publish_time_ms(snap, offset)
+    if bounded is not None:
+        return bounded
+    first = max(offset, snap.segments[index].base_offset)
     table, _ = log.read(first, first + 1, snapshot=snap)
     if not table.num_rows:
         return None

@@ -49,15 +49,20 @@ def commit_versions(io: FileIO, table_path: str) -> list[int]:
     return sorted(int(m.group(1)) for n in names if (m := COMMIT_RE.match(n)))
 
 
+def first_commit_above(names: list[str], version: int) -> int | None:
+    """The lowest commit version above ``version`` among a log directory's ``names``, or None."""
+    # fixed-width names compare like their versions: no regex or int() per name (long logs)
+    target = f"{version:020d}.json"
+    later = min((n for n in names if len(n) == 25 and n > target and n.endswith(".json") and n[:20].isdigit()),
+                default=None)
+    return None if later is None else int(later[:20])
+
+
 def later_commit(io: FileIO, table_path: str, version: int, *, listed: bool) -> int | None:
     """The lowest commit above ``version + 1``, or None.  ``listed``: list the directory (finds a
     gap of any width, for openers); otherwise one ``stat`` of ``version + 2`` (for polling)."""
-    if listed:  # fixed-width names compare like their versions: no regex or int() per name (long logs)
-        target = f"{version + 1:020d}.json"
-        names = io.list_dir(f"{table_path}/{LOG_DIR}")
-        later = min((n for n in names if len(n) == 25 and n > target and n.endswith(".json") and n[:20].isdigit()),
-                    default=None)
-        return None if later is None else int(later[:20])
+    if listed:
+        return first_commit_above(io.list_dir(f"{table_path}/{LOG_DIR}"), version + 1)
     return version + 2 if io.exists(commit_path(table_path, version + 2)) else None
 
 
@@ -86,5 +91,5 @@ def check_no_gap(io: FileIO, table_path: str, version: int, *, listed: bool) -> 
 
 __all__ = [
     "COMMIT_RE", "LOCAL_VERIFY_PERIOD_S", "REMOTE_VERIFY_PERIOD_S", "check_no_gap", "commit_path", "commit_versions",
-    "gap_error", "later_commit", "verify_period_s",
+    "first_commit_above", "gap_error", "later_commit", "verify_period_s",
 ]

@@ -38,7 +38,7 @@ from broker_core.log import writer_tip
 from broker_core.log.actions import Action, CommitInfo, Metadata, Protocol, decode_actions, encode_actions
 from broker_core.log.checkpoint import LAST_CHECKPOINT, LOG_DIR, write_checkpoint
 from broker_core.log.checkpointer import Checkpointer
-from broker_core.log.gaps import check_no_gap, commit_path, gap_error, verify_period_s
+from broker_core.log.gaps import check_no_gap, commit_path, first_commit_above, gap_error, verify_period_s
 from broker_core.log.opening import starting_state
 from broker_core.log.protocol_versions import check_readable, check_writable, writable
 from broker_core.log.snapshot import Snapshot
@@ -58,14 +58,6 @@ class CommitResult:
     version: int
     snapshot: Snapshot
     attempts: int
-
-
-def _no_commit_above(names: list[str], version: int) -> bool:
-    """Did a listing made before replaying up to ``version`` (whose next commit was then missing) show
-    no later commit?  Then no gap hides one: a commit is only ever created on top of the one before
-    it, so none can appear above a missing ``version + 1`` after the listing (``log.gaps``)."""
-    top = f"{version:020d}.json"
-    return not any(len(n) == 25 and n > top and n.endswith(".json") and n[:20].isdigit() for n in names)
 
 
 class TransactionLog:
@@ -124,7 +116,9 @@ class TransactionLog:
         self._tip = None
         listed: list[str] = []
         snapshot = self._replay_from(starting_state(self.io, self.table_path, listed=listed))
-        if not snapshot.deleted and not (listed and _no_commit_above(listed, snapshot.version)):
+        # a listing made while opening that shows no commit above the replayed one leaves no gap to find:
+        # a commit is only ever created on top of the one before it (``log.gaps``)
+        if not snapshot.deleted and not (listed and first_commit_above(listed, snapshot.version) is None):
             check_no_gap(self.io, self.table_path, snapshot.version, listed=True)
         return snapshot
 

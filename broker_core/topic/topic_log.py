@@ -405,10 +405,7 @@ class TopicLog(Waiters):
               partial: bool, ahead_to: int | None) -> tuple[pa.Table, np.ndarray, int]:
         snap = snapshot or self.log.cached_snapshot()
         while True:
-            def spanned(first: int, count: int, snap: Snapshot = snap) -> None:
-                if ahead_to is not None and count >= _READAHEAD_MIN_SEGMENTS:
-                    self._read_ahead(snap, first, count, ahead_to)
-
+            spanned = None if ahead_to is None else functools.partial(self._spanned, snap, ahead_to)
             try:
                 return read_range(snap, start, end, self.segment_rows, partial=partial, spanned=spanned)
             except SegmentCorrupted as exc:
@@ -416,6 +413,12 @@ class TopicLog(Waiters):
                 if newer is None:
                     raise
                 snap = newer
+
+    def _spanned(self, snap: Snapshot, ahead_to: int, first: int, count: int) -> None:
+        """A read of ``snap`` spanned ``count`` segments from ``first``: many means a backlog of tiny
+        ones, so have the next ones read ahead (up to ``ahead_to``)."""
+        if count >= _READAHEAD_MIN_SEGMENTS:
+            self._read_ahead(snap, first, count, ahead_to)
 
     def _moved_past(self, snap: Snapshot, exc: SegmentCorrupted) -> Snapshot | None:
         """The latest state when it no longer holds the segment ``exc`` names, else None (real damage).
