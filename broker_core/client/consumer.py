@@ -58,8 +58,7 @@ class Consumer(ConsumerDispatch):
         if self._ack_timeout_s is not None:
             self._deadlines[key] = time.monotonic() + self._ack_timeout_s
         if self._metered:
-            self._received_count += 1
-            self._received_bytes += len(msg.data())
+            self._count_received((msg,))
         self._ask_refill()
         return msg
 
@@ -87,8 +86,7 @@ class Consumer(ConsumerDispatch):
         if self._ack_timeout_s is not None:
             self._deadlines.update(zip(keys, repeat(time.monotonic() + self._ack_timeout_s, len(keys)), strict=True))
         if self._metered:
-            self._received_count += len(msgs)
-            self._received_bytes += sum(len(m.data()) for m in msgs)
+            self._count_received(msgs)
         self._ask_refill()
         return msgs
 
@@ -103,9 +101,8 @@ class Consumer(ConsumerDispatch):
                     self._unacked[key] = msg
                     if self._ack_timeout_s is not None:
                         self._deadlines[key] = time.monotonic() + self._ack_timeout_s
-                    if self._metered:  # (``telemetry_gauges`` reports these; no SDK, no counting)
-                        self._received_count += 1
-                        self._received_bytes += len(msg.data())
+                    if self._metered:
+                        self._count_received((msg,))
                     if len(queue) < self._refill_below and not self._refill_asked and self._read_ahead:
                         self._refill_asked = True
                         self._wake.set()

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker_core.client import telemetry, telemetry_gauges
@@ -172,6 +172,12 @@ class ConsumerAcks(ConsumerBase):
                 target=self._listen, name=f"pubsub-listener-{consumer_name}", daemon=True
             )
             self._listener_thread.start()
+
+    def _count_received(self, msgs: Sequence[Message]) -> None:
+        """Messages the application took (``receive``, ``batch_receive``, the listener): the totals
+        ``telemetry_gauges`` reports; callers count only while an SDK is installed (``_metered``)."""
+        self._received_count += len(msgs)
+        self._received_bytes += sum(len(m.data()) for m in msgs)
 
     def _attach(self, part: SubscriptionPart) -> None:
         part.log.add_waiter(self._wake)
